@@ -1,0 +1,1 @@
+"""Adapters: each converts boundary dataclasses to one engine's objects and back."""

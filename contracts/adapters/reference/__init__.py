@@ -1,0 +1,15 @@
+"""The adapter for the embedded reference engine (`dspark`), one mixin per level."""
+
+from __future__ import annotations
+
+import dspark
+from contracts import protocol
+from contracts.adapters.reference.dp import ReferenceDpMetadata
+from contracts.adapters.reference.handoff import ReferenceHandoff
+
+
+class ReferenceAdapter(ReferenceHandoff, ReferenceDpMetadata):
+    name = "reference"
+    version = dspark.__version__
+    device = "cpu"
+    capabilities = frozenset({protocol.HANDOFF, protocol.DP_METADATA})

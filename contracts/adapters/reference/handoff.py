@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+import torch
+
+from contracts.boundary.handoff import DraftInputView, HandoffCase, ResolvedInputs
+from dspark import disaggregation
+from dspark.overlap_utils import FutureMap
+from dspark.schedule_batch import Req, ReqToTokenPool, ScheduleBatch
+
+
+class ReferenceHandoff:
+    def new_future_map(self, pool_size: int) -> FutureMap:
+        # Poisoned rows make a stale read visible as -1 instead of a plausible value.
+        return FutureMap(pool_size, poison=True)
+
+    def new_prebuilt_batch(self, case: HandoffCase) -> ScheduleBatch:
+        T = case.gamma + 1
+        max_len = max(case.seq_lens, default=0) + 2 * T
+        pool = ReqToTokenPool(case.pool_size, max_len)
+        reqs = [
+            Req(rid=i, origin_input_ids=[0] * n, output_ids=[tok], req_pool_idx=row, kv_committed_len=n)
+            for i, (n, row, tok) in enumerate(zip(case.seq_lens, case.req_pool_indices, case.bonus_tokens))
+        ]
+        return ScheduleBatch.prebuilt(reqs, pool, speculative_num_draft_tokens=T, enable_overlap=case.enable_overlap)
+
+    def process_prebuilt(self, batch, future_map) -> None:
+        disaggregation.process_prebuilt(batch, future_map)
+
+    def draft_input_view(self, batch):
+        di = batch.spec_info
+        if di is None:
+            return None
+        return DraftInputView(
+            is_draft_input=di.is_draft_input(),
+            bonus_tokens=di.bonus_tokens.clone(),
+            new_seq_lens=di.new_seq_lens.clone(),
+            future_indices=None if di.future_indices is None else di.future_indices.clone(),
+            future_indices_is_req_pool_indices=di.future_indices is batch.req_pool_indices,
+            future_dsa_topk_indices_available=bool(di.future_dsa_topk_indices_available),
+        )
+
+    def relay_snapshot(self, future_map) -> dict:
+        return {k: v for k, v in future_map.snapshot().items() if k in ("output_tokens_buf", "new_seq_lens_buf")}
+
+    def prepare_for_decode(self, batch) -> None:
+        batch.prepare_for_decode()
+
+    def resolve_relay(self, batch, future_map) -> ResolvedInputs:
+        future_map.resolve_seq_lens(batch)
+        future_map.resolve_forward_inputs(batch)
+        return ResolvedInputs(
+            seq_lens=batch.seq_lens.clone(),
+            seq_lens_cpu=None if batch.seq_lens_cpu is None else batch.seq_lens_cpu.clone(),
+            seq_lens_sum=batch.seq_lens_sum,
+            bonus_tokens=batch.spec_info.bonus_tokens.clone(),
+            dsa_topk_indices_is_none=batch.spec_info.dsa_topk_indices is None,
+        )

@@ -1,0 +1,1 @@
+"""Plain dataclasses that cross the adapter boundary, one module per level."""

@@ -1,0 +1,57 @@
+"""DP-metadata level: the draft forward batch's DP/MoE sync fields, count scaling."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Protocol, Tuple
+
+# Fields a fill may write, under SGLang 0.5.23's names.
+COUNT_FIELDS = (
+    "original_global_num_tokens_cpu",
+    "global_num_tokens_cpu",
+    "global_num_tokens_gpu",
+    "global_num_tokens_for_logprob_cpu",
+    "global_num_tokens_for_logprob_gpu",
+)
+NON_PADDED_FIELDS = (
+    "num_token_non_padded",
+    "num_token_non_padded_cpu",
+    "global_num_token_non_padded",
+    "global_num_token_non_padded_cpu",
+)
+FLAG_FIELDS = ("can_run_decode_cuda_graph", "is_extend_in_batch", "dp_spec_prefill_coordination_applied")
+ALL_FIELDS = COUNT_FIELDS + NON_PADDED_FIELDS + FLAG_FIELDS
+
+
+@dataclass(frozen=True)
+class DpSyncCase:
+    bs: int  # local requests (0 = DP-idle rank)
+    draft_width: int  # query_token_num Q: draft tokens per request
+    global_num_tokens: Optional[Tuple[int, ...]]  # per-rank request counts (token counts if coordination applied)
+    global_num_tokens_for_logprob: Optional[Tuple[int, ...]]
+    dp_moe_sync: bool  # MoE draft under DP attention
+    coordination_applied: bool
+    enable_num_token_non_padded: bool
+    can_run_decode_cuda_graph: bool
+    is_extend_in_batch: bool
+
+
+@dataclass(frozen=True)
+class ScalingCase:
+    counts: Tuple[int, ...]
+    other_counts: Tuple[int, ...]  # same length, for the linearity check
+    width: int
+    logprob_width: int
+
+
+@dataclass
+class DpSyncObservation:
+    before: dict  # field -> value (tensors cloned) right before the call
+    after: dict
+    input_ids_numel: int
+
+
+class DpMetadataLevel(Protocol):
+    def fill_draft_dp_metadata(self, case: DpSyncCase) -> DpSyncObservation: ...  # the proposer's fill on a fresh draft ForwardBatch
+    def init_mlp_sync_metadata(self, case: DpSyncCase) -> DpSyncObservation: ...  # the generic fill, draft worker, same inputs
+    def scale_global_num_tokens(self, counts, logprob_counts, width: int, logprob_width: int) -> Tuple[list, list]: ...

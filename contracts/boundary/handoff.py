@@ -1,0 +1,76 @@
+"""Handoff level: a PD prefill handoff into a decode batch, and the FutureMap relay."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Protocol, Tuple
+
+import torch
+
+
+@dataclass(frozen=True)
+class HandoffCase:
+    """What the prefill server hands over, in batch order."""
+
+    seq_lens: Tuple[int, ...]  # committed KV lengths
+    req_pool_indices: Tuple[int, ...]  # distinct pool rows
+    bonus_tokens: Tuple[int, ...]  # each request's first sampled token
+    enable_overlap: bool
+    pool_size: int
+    gamma: int = 5
+
+    @property
+    def bs(self) -> int:
+        return len(self.seq_lens)
+
+
+@dataclass
+class DraftInputView:
+    """The decode-side draft input as the contracts see it."""
+
+    is_draft_input: bool
+    bonus_tokens: torch.Tensor
+    new_seq_lens: torch.Tensor
+    future_indices: Optional[torch.Tensor]
+    future_indices_is_req_pool_indices: bool  # the same tensor object, as SGLang seeds it
+    future_dsa_topk_indices_available: bool
+
+
+@dataclass
+class RelayEvent:
+    op: str  # "publish" (values = seq lens) or "stash" (values = bonus tokens)
+    indices: list
+    values: list
+
+
+@dataclass
+class ResolvedInputs:
+    seq_lens: torch.Tensor
+    seq_lens_cpu: Optional[torch.Tensor]
+    seq_lens_sum: Optional[int]
+    bonus_tokens: torch.Tensor
+    dsa_topk_indices_is_none: bool
+
+
+@dataclass
+class HandoffObservation:
+    draft_input: Optional[DraftInputView]
+    relay_events: list = field(default_factory=list)
+    relay_before: dict = field(default_factory=dict)  # buffer name -> tensor
+    relay_after: dict = field(default_factory=dict)
+    handoff_error: Optional[str] = None
+    first_decode_error: Optional[str] = None
+    resolved: Optional[ResolvedInputs] = None
+    resolve_error: Optional[str] = None
+
+
+class HandoffLevel(Protocol):
+    """Thin conversions only: the scenario itself lives in `contracts.scenarios`."""
+
+    def new_future_map(self, pool_size: int) -> Any: ...  # the engine's relay; has publish(indices, seq_lens) / stash(indices, payload)
+    def new_prebuilt_batch(self, case: HandoffCase) -> Any: ...  # decode batch as after prepare_for_prebuilt
+    def process_prebuilt(self, batch, future_map) -> None: ...
+    def draft_input_view(self, batch) -> Optional[DraftInputView]: ...  # None when the batch has no draft input
+    def relay_snapshot(self, future_map) -> dict: ...  # {"output_tokens_buf": ..., "new_seq_lens_buf": ...}
+    def prepare_for_decode(self, batch) -> None: ...  # the first decode step's preparation
+    def resolve_relay(self, batch, future_map) -> ResolvedInputs: ...  # what the first overlap decode reads

@@ -1,0 +1,1 @@
+"""The contracts, one module per area; every module here is imported by the registry."""

@@ -1,0 +1,123 @@
+"""Draft DP/MoE sync metadata and count scaling (SGLang 0.5.23 contracts B1-B6, C1-C2).
+
+Seed bug: the DSpark draft ForwardBatch lacked `original_global_num_tokens_cpu`
+(raw per-rank request counts, read by CUDA-graph admission) and the non-padded
+counts, so startup under DP attention crashed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from contracts.boundary.dp import COUNT_FIELDS, FLAG_FIELDS
+from contracts.checks import expect, expect_dtype, expect_equal, expect_values
+from contracts.protocol import DP_METADATA
+from contracts.registry import contract
+from contracts.strategies.dp import SEED_CASE, dp_sync_cases, scaling_cases
+
+SCALED = lambda: dp_sync_cases(dp_moe_sync=True, coordination=False, counts_present=True)  # noqa: E731
+COORDINATED = lambda: dp_sync_cases(dp_moe_sync=True, coordination=True, counts_present=True)  # noqa: E731
+SEED_COORDINATED = SEED_CASE.__class__(**{**SEED_CASE.__dict__, "coordination_applied": True,
+                                          "global_num_tokens": (0, 18, 12, 6), "global_num_tokens_for_logprob": (0, 18, 12, 6),
+                                          "bs": 1, "can_run_decode_cuda_graph": False, "is_extend_in_batch": True})
+
+
+def _syncs(case) -> bool:
+    return case.dp_moe_sync and case.global_num_tokens is not None
+
+
+def _counts_written(what: str, after: dict, counts, logprob_counts) -> None:
+    expect_equal(f"{what}global_num_tokens_cpu", list(counts), after["global_num_tokens_cpu"])
+    expect_equal(f"{what}global_num_tokens_for_logprob_cpu", list(logprob_counts), after["global_num_tokens_for_logprob_cpu"])
+    for field, values in (("global_num_tokens_gpu", counts), ("global_num_tokens_for_logprob_gpu", logprob_counts)):
+        expect(isinstance(after[field], torch.Tensor), f"{what}{field}", "a tensor", after[field])
+        expect_dtype(f"{what}{field}", torch.int64, after[field])
+        expect_values(f"{what}{field} (device copy)", list(values), after[field])
+
+
+@contract("DPSYNC-001", "original_global_num_tokens_cpu holds the unscaled per-rank request counts",
+          requires={DP_METADATA}, cases=SCALED, examples=(SEED_CASE,))
+def original_counts_unscaled(engine, case):
+    after = engine.fill_draft_dp_metadata(case).after
+    expect_equal("original_global_num_tokens_cpu", list(case.global_num_tokens), after["original_global_num_tokens_cpu"])
+
+
+@contract("DPSYNC-002", "global token counts are the per-rank counts x draft width Q; CPU and device copies agree",
+          requires={DP_METADATA}, cases=SCALED, examples=(SEED_CASE,))
+def counts_scaled_by_width(engine, case):
+    after = engine.fill_draft_dp_metadata(case).after
+    q = case.draft_width
+    _counts_written("", after, [c * q for c in case.global_num_tokens], [c * q for c in case.global_num_tokens_for_logprob])
+
+
+@contract("DPSYNC-003", "with prefill coordination applied the counts are copied unscaled (never scaled twice)",
+          requires={DP_METADATA}, cases=COORDINATED, examples=(SEED_COORDINATED,))
+def coordinated_counts_not_rescaled(engine, case):
+    after = engine.fill_draft_dp_metadata(case).after
+    _counts_written("", after, case.global_num_tokens, case.global_num_tokens_for_logprob)
+    expect_equal("original_global_num_tokens_cpu", list(case.global_num_tokens), after["original_global_num_tokens_cpu"])
+
+
+@contract("DPSYNC-004", "the non-padded count equals input_ids.numel() = bs*Q: a host int always, an int32 device scalar when enabled",
+          requires={DP_METADATA}, cases=dp_sync_cases, examples=(SEED_CASE,))
+def non_padded_count(engine, case):
+    obs = engine.fill_draft_dp_metadata(case)
+    n = case.bs * case.draft_width
+    expect_equal("input_ids.numel()", n, obs.input_ids_numel)
+    after = obs.after
+    expect_equal("num_token_non_padded_cpu", n, after["num_token_non_padded_cpu"])
+    fields = ["num_token_non_padded"] + (["global_num_token_non_padded"] if _syncs(case) else [])
+    if _syncs(case):
+        expect_equal("global_num_token_non_padded_cpu", n, after["global_num_token_non_padded_cpu"])
+    for field in fields if case.enable_num_token_non_padded else ():
+        value = after[field]
+        expect(isinstance(value, torch.Tensor) and value.numel() == 1, field, "a one-element device tensor", value)
+        expect_dtype(field, torch.int32, value)
+        expect_equal(field, n, int(value.reshape(())))
+
+
+@contract("DPSYNC-005", "the graph flags (can_run_decode_cuda_graph, is_extend_in_batch, coordination) pass through on every branch",
+          requires={DP_METADATA}, cases=dp_sync_cases, examples=(SEED_CASE, SEED_COORDINATED))
+def flags_pass_through(engine, case):
+    after = engine.fill_draft_dp_metadata(case).after
+    expected = dict(zip(FLAG_FIELDS, (case.can_run_decode_cuda_graph, case.is_extend_in_batch, case.coordination_applied)))
+    for field, value in expected.items():
+        expect_equal(field, value, after[field])
+
+
+@contract("DPSYNC-006", "without DP-MoE sync or without counts, the fill writes no DP count field",
+          requires={DP_METADATA}, cases=lambda: dp_sync_cases().filter(lambda c: not _syncs(c)))
+def early_return_writes_nothing(engine, case):
+    obs = engine.fill_draft_dp_metadata(case)
+    for field in COUNT_FIELDS + ("global_num_token_non_padded", "global_num_token_non_padded_cpu"):
+        expect_equal(field, obs.before[field], obs.after[field])
+
+
+@contract("DPSYNC-007", "the proposer's fill and init_mlp_sync_metadata agree on the same inputs",
+          requires={DP_METADATA}, cases=lambda: dp_sync_cases(dp_moe_sync=True, counts_present=True),
+          examples=(SEED_CASE, SEED_COORDINATED))
+def fill_agrees_with_init_mlp_sync(engine, case):
+    fill = engine.fill_draft_dp_metadata(case).after
+    generic = engine.init_mlp_sync_metadata(case).after
+    for field in COUNT_FIELDS:
+        expect_equal(f"{field} (fill vs init_mlp_sync_metadata)", generic[field], fill[field])
+
+
+@contract("SCALE-001", "spec_scale_global_num_tokens multiplies each rank's count by the width, preserving length, order and zeros",
+          requires={DP_METADATA}, cases=scaling_cases)
+def scaling_is_elementwise(engine, case):
+    scaled, scaled_lp = engine.scale_global_num_tokens(case.counts, case.other_counts, case.width, case.logprob_width)
+    expect_equal("scaled counts", [c * case.width for c in case.counts], list(scaled))
+    expect_equal("scaled logprob counts", [c * case.logprob_width for c in case.other_counts], list(scaled_lp))
+
+
+@contract("SCALE-002", "spec_scale_global_num_tokens is linear: scale(a + b) == scale(a) + scale(b)",
+          requires={DP_METADATA}, cases=scaling_cases)
+def scaling_is_linear(engine, case):
+    a, b, w = case.counts, case.other_counts, case.width
+    total = tuple(x + y for x, y in zip(a, b))
+    sa, sa_lp = engine.scale_global_num_tokens(a, a, w, case.logprob_width)
+    sb, sb_lp = engine.scale_global_num_tokens(b, b, w, case.logprob_width)
+    st, st_lp = engine.scale_global_num_tokens(total, total, w, case.logprob_width)
+    expect_equal("scale(a + b)", [x + y for x, y in zip(sa, sb)], list(st))
+    expect_equal("scale_logprob(a + b)", [x + y for x, y in zip(sa_lp, sb_lp)], list(st_lp))

@@ -1,0 +1,127 @@
+"""PD-decode handoff contracts (SGLang 0.5.23 contracts A1-A8).
+
+Seed bug: for DSPARK, `build_disagg_draft_input` fell through to None and the
+first decode crashed on `None.prepare_for_decode`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from contracts.checks import expect, expect_equal, expect_values
+from contracts.protocol import HANDOFF
+from contracts.registry import contract
+from contracts.scenarios.handoff import observe_handoff
+from contracts.strategies.handoff import SEED_CASE, handoff_cases
+
+ALL = handoff_cases
+OVERLAP = lambda: handoff_cases(overlap=True)  # noqa: E731
+SEED_NO_OVERLAP = SEED_CASE.__class__(**{**SEED_CASE.__dict__, "enable_overlap": False})
+
+
+def _observe(engine, case):
+    obs = observe_handoff(engine, case)
+    expect(obs.handoff_error is None, "process_prebuilt", "no exception", obs.handoff_error)
+    return obs
+
+
+def _draft_input(engine, case):
+    obs = _observe(engine, case)
+    expect(obs.draft_input is not None and obs.draft_input.is_draft_input, "batch.spec_info", "a draft input",
+           obs.draft_input)
+    return obs, obs.draft_input
+
+
+@contract("HANDOFF-001", "after a PD handoff the decode batch holds a draft input (never None)",
+          requires={HANDOFF}, cases=ALL, examples=(SEED_CASE, SEED_NO_OVERLAP))
+def draft_input_present(engine, case):
+    _draft_input(engine, case)
+
+
+@contract("HANDOFF-002", "the handed-over first tokens become the bonus tokens, int64, in batch order",
+          requires={HANDOFF}, cases=ALL, examples=(SEED_CASE,))
+def bonus_preserved(engine, case):
+    _, di = _draft_input(engine, case)
+    expect_equal("draft_input.bonus_tokens", torch.tensor(case.bonus_tokens, dtype=torch.int64), di.bonus_tokens)
+
+
+@contract("HANDOFF-003", "the committed sequence lengths are preserved (int64, batch order)",
+          requires={HANDOFF}, cases=ALL, examples=(SEED_CASE,))
+def seq_lens_preserved(engine, case):
+    _, di = _draft_input(engine, case)
+    expect_equal("draft_input.new_seq_lens", torch.tensor(case.seq_lens, dtype=torch.int64), di.new_seq_lens)
+
+
+@contract("HANDOFF-004", "with overlap on, future_indices are seeded from req_pool_indices",
+          requires={HANDOFF}, cases=OVERLAP, examples=(SEED_CASE,))
+def future_indices_seeded(engine, case):
+    _, di = _draft_input(engine, case)
+    expect(di.future_indices is not None, "draft_input.future_indices", list(case.req_pool_indices), None)
+    expect_values("draft_input.future_indices", list(case.req_pool_indices), di.future_indices)
+
+
+@contract("HANDOFF-005", "with overlap on, no stale DSA IndexShare seed is claimed and none is resolved",
+          requires={HANDOFF}, cases=OVERLAP, examples=(SEED_CASE,))
+def no_stale_dsa_seed(engine, case):
+    obs, di = _draft_input(engine, case)
+    expect(not di.future_dsa_topk_indices_available, "draft_input.future_dsa_topk_indices_available", False, True)
+    expect(obs.resolve_error is None, "first-decode resolve", "no exception", obs.resolve_error)
+    expect(obs.resolved.dsa_topk_indices_is_none, "resolved dsa_topk_indices", None, "a tensor")
+
+
+@contract("HANDOFF-006", "with overlap on, seq lens are published before the bonus is stashed, once each, for the handed-over rows",
+          requires={HANDOFF}, cases=lambda: handoff_cases(overlap=True, min_bs=1), examples=(SEED_CASE,))
+def publish_then_stash(engine, case):
+    obs, _ = _draft_input(engine, case)
+    rows = list(case.req_pool_indices)
+    expected = [("publish", rows, list(case.seq_lens)), ("stash", rows, list(case.bonus_tokens))]
+    observed = [(e.op, e.indices, e.values) for e in obs.relay_events]
+    expect(observed == expected, "relay calls", expected, observed)
+
+
+@contract("HANDOFF-007", "with overlap on, the first-decode resolve returns exactly what was handed over, and no other relay row changes",
+          requires={HANDOFF}, cases=OVERLAP, examples=(SEED_CASE,))
+def relay_round_trip(engine, case):
+    obs, _ = _draft_input(engine, case)
+    expect(obs.first_decode_error is None, "prepare_for_decode", "no exception", obs.first_decode_error)
+    expect(obs.resolve_error is None, "first-decode resolve", "no exception", obs.resolve_error)
+    seq_lens = list(case.seq_lens)
+    expect_values("resolved seq_lens", seq_lens, obs.resolved.seq_lens)
+    if obs.resolved.seq_lens_cpu is not None:
+        expect_values("resolved seq_lens_cpu", seq_lens, obs.resolved.seq_lens_cpu)
+        expect_equal("resolved seq_lens_sum", sum(seq_lens), obs.resolved.seq_lens_sum)
+    expect_values("resolved bonus_tokens", list(case.bonus_tokens), obs.resolved.bonus_tokens)
+    untouched = torch.ones(case.pool_size, dtype=torch.bool)
+    untouched[list(case.req_pool_indices)] = False
+    for name, before in obs.relay_before.items():
+        expect_equal(f"{name} outside the handed-over rows", before[untouched], obs.relay_after[name][untouched])
+
+
+@contract("HANDOFF-008", "with overlap off, the handoff causes no FutureMap traffic",
+          requires={HANDOFF}, cases=lambda: handoff_cases(overlap=False), examples=(SEED_NO_OVERLAP,))
+def no_relay_without_overlap(engine, case):
+    obs, di = _draft_input(engine, case)
+    expect(di.future_indices is None, "draft_input.future_indices", None, di.future_indices)
+    observed = [(e.op, e.indices) for e in obs.relay_events]
+    expect(observed == [], "relay calls", [], observed)
+    for name, before in obs.relay_before.items():
+        expect_equal(name, before, obs.relay_after[name])
+
+
+@contract("HANDOFF-009", "an empty (DP-idle) handoff yields empty int64 state and touches no relay row",
+          requires={HANDOFF}, cases=lambda: handoff_cases(max_bs=0))
+def idle_touches_nothing(engine, case):
+    obs, di = _draft_input(engine, case)
+    empty = torch.zeros(0, dtype=torch.int64)
+    expect_equal("draft_input.bonus_tokens", empty, di.bonus_tokens)
+    expect_equal("draft_input.new_seq_lens", empty, di.new_seq_lens)
+    for name, before in obs.relay_before.items():
+        expect_equal(name, before, obs.relay_after[name])
+    expect(obs.first_decode_error is None, "prepare_for_decode", "no exception", obs.first_decode_error)
+
+
+@contract("HANDOFF-010", "the first decode step (prepare_for_decode) succeeds on the handed-over batch",
+          requires={HANDOFF}, cases=ALL, examples=(SEED_CASE, SEED_NO_OVERLAP))
+def first_decode_succeeds(engine, case):
+    obs = _observe(engine, case)
+    expect(obs.first_decode_error is None, "prepare_for_decode", "no exception", obs.first_decode_error)

@@ -1,0 +1,24 @@
+"""Hypothesis profiles: `dev` (laptop), `ci` (derandomized, no database), `nightly` (deep)."""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+PROFILES = ("dev", "ci", "nightly")
+ENV = "DSPARK_HYPOTHESIS_PROFILE"
+
+
+def register() -> None:
+    settings.register_profile("dev", max_examples=50, deadline=None)
+    # Same examples every run, so a CI failure reproduces locally with `--hypothesis-profile ci`.
+    settings.register_profile("ci", derandomize=True, database=None, deadline=None, max_examples=100,
+                              print_blob=True, suppress_health_check=[HealthCheck.too_slow])
+    settings.register_profile("nightly", max_examples=2000, deadline=None)
+
+
+def default_profile() -> str:
+    if os.environ.get(ENV):
+        return os.environ[ENV]
+    return "ci" if os.environ.get("CI") else "dev"

@@ -1,0 +1,27 @@
+"""What an engine under test exposes.
+
+An adapter declares `capabilities`; a contract that needs one the engine lacks
+is skipped with that reason, never silently passed. The methods of each level
+are listed in the boundary module of that level (`contracts.boundary.*`), next
+to the plain dataclasses that cross the boundary.
+"""
+
+from __future__ import annotations
+
+from typing import FrozenSet, Protocol, runtime_checkable
+
+# Levels (design card: handoff, dp-metadata, verify, planner, step, ranks).
+HANDOFF = "handoff"  # build the decode-side draft input from a PD handoff; a FutureMap relay
+DP_METADATA = "dp-metadata"  # draft forward batch DP/MoE sync metadata; count scaling
+VERIFY = "verify"
+PLANNER = "planner"
+STEP = "step"
+RANKS = "ranks"
+
+
+@runtime_checkable
+class EngineAdapter(Protocol):
+    name: str
+    version: str
+    device: str
+    capabilities: FrozenSet[str]

@@ -1,0 +1,47 @@
+"""Contracts with stable ids, registered by the modules in `contracts.catalog`."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+from dataclasses import dataclass
+from typing import Callable, FrozenSet, Optional, Tuple
+
+_ID = re.compile(r"^[A-Z][A-Z0-9]*-\d{3}$")
+_REGISTRY: dict[str, "Contract"] = {}
+
+
+@dataclass(frozen=True)
+class Contract:
+    id: str
+    statement: str
+    requires: FrozenSet[str]
+    check: Callable  # check(engine, case) with `cases`, else check(engine)
+    cases: Optional[Callable] = None  # () -> hypothesis strategy of boundary cases
+    examples: Tuple = ()  # cases that always run (regressions, seed bugs)
+    max_examples: Optional[int] = None
+    marks: Tuple[str, ...] = ()  # extra pytest marks, e.g. "stat"
+
+
+def contract(id: str, statement: str, *, requires, cases=None, examples=(), max_examples=None, marks=()):
+    """Register the decorated check function as contract `id`."""
+    if not _ID.match(id):
+        raise ValueError(f"id: contract ids look like AREA-001, got {id!r}")
+
+    def register(fn):
+        if id in _REGISTRY:
+            raise ValueError(f"id: contract {id} is registered twice")
+        _REGISTRY[id] = Contract(id, statement, frozenset(requires), fn, cases, tuple(examples), max_examples, tuple(marks))
+        return fn
+
+    return register
+
+
+def all_contracts() -> dict[str, Contract]:
+    """Import every catalog module once and return the contracts sorted by id."""
+    import contracts.catalog as catalog
+
+    for info in pkgutil.iter_modules(catalog.__path__):
+        importlib.import_module(f"{catalog.__name__}.{info.name}")
+    return dict(sorted(_REGISTRY.items()))

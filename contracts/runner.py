@@ -1,0 +1,68 @@
+"""Run one contract against one engine: draw cases, check, report violations."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import example, given, settings
+
+from contracts.registry import Contract, all_contracts
+from contracts.violation import ContractViolation, Mismatch
+
+
+def engine_spec(engine) -> str:
+    return getattr(engine, "engine_spec", engine.name)
+
+
+def repro_line(contract: Contract, engine, case) -> str:
+    """One line that replays exactly this case (or re-runs the contract)."""
+    spec = engine_spec(engine)
+    if case is None:
+        return f"dspark-contracts check --engine {spec} --contract {contract.id}"
+    module = type(case).__module__
+    return (f"python -c \"from {module} import *; from contracts.runner import replay; "
+            f"replay('{contract.id}', '{spec}', {case!r})\"")
+
+
+def _call(contract: Contract, engine, case) -> None:
+    try:
+        contract.check(engine) if contract.cases is None else contract.check(engine, case)
+    except Mismatch as m:
+        raise ContractViolation(contract.id, engine.name, contract.statement, m.what, m.expected, m.observed,
+                                case=case, repro=repro_line(contract, engine, case)) from None
+    except ContractViolation:
+        raise
+    except Exception as e:  # an engine crash is a violation too, reported the same way
+        raise ContractViolation(contract.id, engine.name, contract.statement, "call", "no exception",
+                                f"{type(e).__name__}: {e}", case=case,
+                                repro=repro_line(contract, engine, case)) from e
+
+
+def run_contract(contract: Contract, engine, **settings_overrides) -> None:
+    missing = sorted(contract.requires - set(engine.capabilities))
+    if missing:
+        pytest.skip(f"engine {engine.name} lacks capability {', '.join(missing)}")
+    if contract.cases is None:
+        _call(contract, engine, None)
+        return
+
+    def run(case):
+        _call(contract, engine, case)
+
+    test = given(case=contract.cases())(run)
+    for ex in reversed(contract.examples):
+        test = example(case=ex)(test)
+    # Keep each contract's examples apart in the Hypothesis database.
+    test.hypothesis.inner_test._hypothesis_internal_add_digest = contract.id.encode()
+    overrides = {"report_multiple_bugs": False, **settings_overrides}
+    if contract.max_examples is not None and "max_examples" not in settings_overrides:
+        overrides["max_examples"] = min(contract.max_examples, settings.default.max_examples)
+    settings(**overrides)(test)()
+
+
+def replay(contract_id: str, engine: str, case=None) -> None:
+    """Re-run one contract on one case, e.g. from a violation's repro line."""
+    from contracts.engines import load_engine
+
+    contract = all_contracts()[contract_id]
+    _call(contract, load_engine(engine), case)
+    print(f"{contract_id} [engine={engine}]: passed on this case")

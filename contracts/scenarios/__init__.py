@@ -1,0 +1,1 @@
+"""Engine-agnostic scenarios: drive an adapter through a data-flow arrow and observe."""

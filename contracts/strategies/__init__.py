@@ -1,0 +1,1 @@
+"""Hypothesis strategies that generate boundary cases, one module per level."""

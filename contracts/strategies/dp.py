@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from contracts.boundary.dp import DpSyncCase, ScalingCase
+
+# Seed example from the historical DP-attention startup crash: Q=6, counts [1,3,0,2],
+# the local rank holds 1 request, so 6 draft tokens are not padding.
+SEED_CASE = DpSyncCase(bs=1, draft_width=6, global_num_tokens=(1, 3, 0, 2), global_num_tokens_for_logprob=(1, 3, 0, 2),
+                       dp_moe_sync=True, coordination_applied=False, enable_num_token_non_padded=True,
+                       can_run_decode_cuda_graph=True, is_extend_in_batch=False)
+
+counts = st.integers(0, 512) | st.just(0)  # idle ranks are common, so zeros get their own branch
+
+
+@st.composite
+def rank_counts(draw, n_ranks: int, *, local: int | None = None):
+    values = draw(st.lists(counts, min_size=n_ranks, max_size=n_ranks), label="counts")
+    if local is not None:
+        values[draw(st.integers(0, n_ranks - 1), label="dp_rank")] = local
+    return tuple(values)
+
+
+@st.composite
+def dp_sync_cases(draw, *, dp_moe_sync=None, coordination=None, counts_present=None) -> DpSyncCase:
+    """1..16 DP ranks, per-rank counts 0..512 with zeros, draft width 1..16, bs 0..64."""
+    bs = draw(st.integers(0, 64), label="bs")
+    width = draw(st.integers(1, 16), label="draft_width")
+    n_ranks = draw(st.integers(1, 16), label="dp_size")
+    applied = draw(st.booleans(), label="coordination_applied") if coordination is None else coordination
+    present = draw(st.booleans(), label="counts_present") if counts_present is None else counts_present
+    gnt = lp = None
+    if present:
+        # Under coordination the plan already wrote token counts, so the local entry is bs*Q.
+        gnt = draw(rank_counts(n_ranks, local=bs * width if applied else bs))
+        lp = gnt if draw(st.booleans(), label="logprob_counts_same") else draw(rank_counts(n_ranks))
+    return DpSyncCase(
+        bs=bs,
+        draft_width=width,
+        global_num_tokens=gnt,
+        global_num_tokens_for_logprob=lp,
+        dp_moe_sync=draw(st.booleans(), label="dp_moe_sync") if dp_moe_sync is None else dp_moe_sync,
+        coordination_applied=applied,
+        enable_num_token_non_padded=draw(st.booleans(), label="enable_num_token_non_padded"),
+        can_run_decode_cuda_graph=draw(st.booleans(), label="can_run_decode_cuda_graph"),
+        is_extend_in_batch=draw(st.booleans(), label="is_extend_in_batch"),
+    )
+
+
+@st.composite
+def scaling_cases(draw) -> ScalingCase:
+    n_ranks = draw(st.integers(1, 16), label="dp_size")
+    a = draw(rank_counts(n_ranks))
+    b = draw(rank_counts(n_ranks))
+    width = draw(st.integers(1, 16), label="width")
+    logprob_width = draw(st.integers(1, 16), label="logprob_width")
+    return ScalingCase(a, b, width, logprob_width)

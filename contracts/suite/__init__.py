@@ -1,0 +1,1 @@
+"""The packaged contract run: one test per registered contract (see `dspark-contracts check`)."""

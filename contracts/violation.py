@@ -1,0 +1,27 @@
+"""The one exception every contract raises, and its message format."""
+
+from __future__ import annotations
+
+
+class Mismatch(Exception):
+    """Raised by a check helper; the runner turns it into a ContractViolation."""
+
+    def __init__(self, what: str, expected, observed):
+        super().__init__(f"{what}: expected {expected}, observed {observed}")
+        self.what, self.expected, self.observed = what, expected, observed
+
+
+class ContractViolation(AssertionError):
+    """`ID [engine=NAME]: statement — what: expected X, observed Y`, then case and repro lines."""
+
+    def __init__(self, contract_id: str, engine: str, statement: str, what: str, expected, observed,
+                 case=None, repro: str | None = None):
+        self.contract_id, self.engine, self.statement = contract_id, engine, statement
+        self.what, self.expected, self.observed = what, expected, observed
+        self.case, self.repro = case, repro
+        lines = [f"{contract_id} [engine={engine}]: {statement} — {what}: expected {expected}, observed {observed}"]
+        if case is not None:
+            lines.append(f"  case: {case!r}")
+        if repro:
+            lines.append(f"  repro: {repro}")
+        super().__init__("\n".join(lines))

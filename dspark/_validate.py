@@ -1,0 +1,75 @@
+"""Input checks shared by the reference engine's public functions.
+
+Every check names the offending field and runs before anything is written, so
+a rejected call leaves all state untouched.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+_INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+
+
+def int_tensor(name: str, value, *, ndim: int = 1, nonnegative: bool = False) -> torch.Tensor:
+    """Return `value` if it is an integer tensor of `ndim` dims, else raise naming `name`."""
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(value).__name__}")
+    if value.dtype not in _INT_DTYPES:
+        raise TypeError(f"{name}: expected an integer dtype, got {value.dtype}")
+    if value.dim() != ndim:
+        raise ValueError(f"{name}: expected {ndim}-D, got shape {tuple(value.shape)}")
+    if nonnegative and value.numel() and int(value.min()) < 0:
+        raise ValueError(f"{name}: must be non-negative, got min {int(value.min())}")
+    return value
+
+
+def same_length(**tensors: torch.Tensor) -> int:
+    """Check that all given 1-D tensors have one length and return it."""
+    lengths = {name: int(t.shape[0]) for name, t in tensors.items()}
+    if len(set(lengths.values())) > 1:
+        detail = ", ".join(f"{n}={v}" for n, v in lengths.items())
+        raise ValueError(f"length mismatch: {detail}")
+    return next(iter(lengths.values()), 0)
+
+
+def in_range(name: str, t: torch.Tensor, low: int, high: int) -> None:
+    """Check low <= t < high elementwise."""
+    if t.numel() and (int(t.min()) < low or int(t.max()) >= high):
+        raise ValueError(f"{name}: values must lie in [{low}, {high}), got [{int(t.min())}, {int(t.max())}]")
+
+
+def unique(name: str, t: torch.Tensor) -> None:
+    if t.numel() != torch.unique(t).numel():
+        raise ValueError(f"{name}: entries must be distinct, got {t.tolist()}")
+
+
+def positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}: expected int, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name}: must be >= 1, got {value}")
+    return value
+
+
+def count_list(name: str, counts, *, length: int | None = None) -> list[int]:
+    """Per-DP-rank counts: a list of non-negative ints (optionally of a given length)."""
+    if not isinstance(counts, (list, tuple)):
+        raise TypeError(f"{name}: expected a list of ints, got {type(counts).__name__}")
+    for c in counts:
+        if isinstance(c, bool) or not isinstance(c, int):
+            raise TypeError(f"{name}: expected ints, got {type(c).__name__}")
+        if c < 0:
+            raise ValueError(f"{name}: counts must be non-negative, got {list(counts)}")
+    if length is not None and len(counts) != length:
+        raise ValueError(f"{name}: expected {length} per-rank entries, got {len(counts)}")
+    return list(counts)
+
+
+def same_ranks(**lists: Sequence[int] | None) -> None:
+    present = {n: len(v) for n, v in lists.items() if v is not None}
+    if len(set(present.values())) > 1:
+        detail = ", ".join(f"{n}={v}" for n, v in present.items())
+        raise ValueError(f"DP count lists differ in length: {detail}")

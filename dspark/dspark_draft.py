@@ -1,0 +1,150 @@
+"""The DSpark draft block proposer: draft forward batch and its DP/MoE metadata.
+
+Mirrors `sglang/srt/speculative/dspark_components/dspark_draft.py`. The draft
+forward has `query_token_num` (Q) tokens per request: `gamma` when the anchor
+row also samples (`sample_from_anchor`, the default), else `gamma + 1`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from dspark import _validate
+from dspark.forward_batch_info import ForwardBatch
+from dspark.schedule_batch import ForwardMode
+from dspark.spec_info import SpecInput, spec_scale_global_num_tokens
+
+
+@dataclass
+class DraftBlockSpecInfo(SpecInput):
+    """The draft block's spec info (SGLang: a DFlashVerifyInput of width Q).
+
+    Its width is the factor that scales per-rank request counts to tokens.
+    """
+
+    draft_token_num: int = 1
+
+    def __post_init__(self):
+        _validate.positive_int("draft_token_num", self.draft_token_num)
+        self.num_tokens_per_req = self.draft_token_num
+        self.num_tokens_for_logprob_per_req = self.draft_token_num
+
+
+def make_draft_block_spec_info(draft_token_num: int) -> DraftBlockSpecInfo:
+    return DraftBlockSpecInfo(draft_token_num=draft_token_num)
+
+
+class DraftBlockProposer:
+    def __init__(
+        self,
+        gamma: int,
+        *,
+        mask_token_id: int = 0,
+        sample_from_anchor: bool = True,
+        draft_is_moe: bool = False,
+        attn_dp_enabled: bool = False,
+        enable_num_token_non_padded: bool = False,
+        device: str | torch.device = "cpu",
+    ):
+        self.gamma = _validate.positive_int("gamma", gamma)
+        if isinstance(mask_token_id, bool) or not isinstance(mask_token_id, int) or mask_token_id < 0:
+            raise ValueError(f"mask_token_id: expected a non-negative int, got {mask_token_id!r}")
+        self.mask_token_id = mask_token_id
+        self.sample_from_anchor = bool(sample_from_anchor)
+        self.device = torch.device(device)
+        # Only a MoE draft under DP attention has to agree with its peers on gather sizes.
+        self._dp_moe_sync = bool(draft_is_moe and attn_dp_enabled)
+        # SGLang keeps one persistent [1] int32 buffer and refills it in place.
+        self._num_token_non_padded_buf = (
+            torch.zeros(1, dtype=torch.int32, device=self.device) if enable_num_token_non_padded else None
+        )
+        self.draft_block_spec_info = make_draft_block_spec_info(self.query_token_num)
+
+    @property
+    def query_token_num(self) -> int:
+        return self.gamma if self.sample_from_anchor else self.gamma + 1
+
+    def build_draft_forward_batch(self, batch) -> ForwardBatch:
+        """The draft forward over `[anchor, MASK...]` per request, DP metadata filled."""
+        fb = self.new_draft_forward_batch(batch)
+        self._fill_dp_moe_sync_metadata(fb, batch)
+        return fb
+
+    def new_draft_forward_batch(self, batch) -> ForwardBatch:
+        """The draft ForwardBatch as constructed, before any DP metadata fill."""
+        bonus = batch.spec_info.bonus_tokens if batch.spec_info is not None else torch.zeros(0, dtype=torch.int64)
+        bs, Q = int(bonus.shape[0]), self.query_token_num
+        input_ids = torch.full((bs, Q), self.mask_token_id, dtype=torch.int64, device=self.device)
+        input_ids[:, 0] = bonus.to(self.device)
+        seq_lens = batch.seq_lens.to(torch.int64)
+        return ForwardBatch(
+            forward_mode=ForwardMode.IDLE if bs == 0 else ForwardMode.DRAFT_EXTEND,
+            batch_size=bs,
+            input_ids=input_ids.reshape(-1),
+            req_pool_indices=batch.req_pool_indices,
+            seq_lens=seq_lens + Q,
+            out_cache_loc=None,
+            seq_lens_sum=int(seq_lens.sum()) + bs * Q,
+            positions=(seq_lens[:, None] + torch.arange(Q)).reshape(-1),
+            spec_info=self.draft_block_spec_info,
+            global_num_token_non_padded_cpu=bs * Q,
+        )
+
+    def run_idle_participation(self, batch) -> ForwardBatch | None:
+        """An idle DP rank still joins the draft's collectives with an empty batch."""
+        if not self._dp_moe_sync or batch.global_num_tokens is None:
+            return None
+        empty = torch.zeros(0, dtype=torch.int64, device=self.device)
+        fb = ForwardBatch(
+            forward_mode=ForwardMode.IDLE, batch_size=0, input_ids=empty, req_pool_indices=empty,
+            seq_lens=empty, out_cache_loc=None, seq_lens_sum=0, spec_info=self.draft_block_spec_info,
+        )
+        self._fill_dp_moe_sync_metadata(fb, batch)
+        return fb
+
+    def _fill_dp_moe_sync_metadata(self, forward_batch: ForwardBatch, batch) -> None:
+        """Copy the DP/MoE sync metadata from the scheduler batch (SGLang B1-B4).
+
+        Three branches: early return (no DP-MoE sync, or no counts) still sets the
+        graph flags and the local non-padded count; with prefill coordination
+        applied the counts are already tokens and are copied unscaled; otherwise
+        request counts are scaled by Q for the gathers, while
+        `original_global_num_tokens_cpu` keeps the raw request counts that
+        CUDA-graph admission needs.
+        """
+        fb = forward_batch
+        _validate.int_tensor("forward_batch.input_ids", fb.input_ids)
+        counts = batch.global_num_tokens
+        sync = self._dp_moe_sync and counts is not None
+        if sync:
+            counts = _validate.count_list("batch.global_num_tokens", counts)
+            lp = batch.global_num_tokens_for_logprob
+            lp = counts if lp is None else _validate.count_list("batch.global_num_tokens_for_logprob", lp)
+            _validate.same_ranks(global_num_tokens=counts, global_num_tokens_for_logprob=lp)
+            applied = batch.dp_spec_prefill_coordination_applied
+            if applied:  # coordination already wrote token counts; scaling again would give Q^2
+                scaled, scaled_lp = list(counts), list(lp)
+            else:
+                scaled, scaled_lp = spec_scale_global_num_tokens(self.draft_block_spec_info, counts, lp)
+
+        n = int(fb.input_ids.numel())
+        fb.can_run_decode_cuda_graph = batch.can_run_decode_cuda_graph
+        fb.is_extend_in_batch = batch.is_extend_in_batch
+        fb.dp_spec_prefill_coordination_applied = batch.dp_spec_prefill_coordination_applied
+        fb.num_token_non_padded_cpu = n
+        if self._num_token_non_padded_buf is not None:
+            self._num_token_non_padded_buf.fill_(n)
+            fb.num_token_non_padded = self._num_token_non_padded_buf
+        if not sync:
+            return
+
+        fb.original_global_num_tokens_cpu = batch.global_num_tokens
+        fb.global_num_tokens_cpu = scaled
+        fb.global_num_tokens_gpu = torch.tensor(scaled, dtype=torch.int64, device=self.device)
+        fb.global_num_tokens_for_logprob_cpu = scaled_lp
+        fb.global_num_tokens_for_logprob_gpu = torch.tensor(scaled_lp, dtype=torch.int64, device=self.device)
+        fb.global_num_token_non_padded_cpu = n
+        if self._num_token_non_padded_buf is not None:
+            fb.global_num_token_non_padded = torch.tensor(n, dtype=torch.int32, device=self.device)

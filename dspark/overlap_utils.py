@@ -1,0 +1,166 @@
+"""The overlap-scheduling relay: step N publishes and stashes, step N+1 resolves.
+
+Mirrors `sglang/srt/managers/overlap_utils.py` (FutureMap, RelayPayload) on CPU
+tensors. Rows are request-pool rows. Unlike SGLang, where the consume-once
+check runs only in CI, the reference always enforces it per row: a resolve of a
+row that was not published (seq lens) or stashed (bonus) since it was last
+resolved raises instead of reading a stale value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from dspark import _validate
+from dspark.spec_info import SpeculativeAlgorithm
+
+POISON = -1
+
+
+@dataclass
+class RelayPayload:
+    """What a step stashes for the next one. For DSPARK only the bonus is relayed."""
+
+    bonus_tokens: torch.Tensor
+    topk_p: Optional[torch.Tensor] = None
+    topk_index: Optional[torch.Tensor] = None
+    hidden_states: Optional[torch.Tensor] = None
+    draft_probs: Optional[torch.Tensor] = None
+    dsa_topk_indices: Optional[torch.Tensor] = None
+    accept_tokens: Optional[torch.Tensor] = None
+    accept_lens: Optional[torch.Tensor] = None
+
+    @classmethod
+    def from_draft_input(cls, draft_input) -> "RelayPayload":
+        return cls(
+            bonus_tokens=draft_input.bonus_tokens,
+            topk_p=draft_input.topk_p,
+            topk_index=draft_input.topk_index,
+            hidden_states=draft_input.hidden_states,
+            draft_probs=getattr(draft_input, "draft_probs", None),
+            dsa_topk_indices=draft_input.dsa_topk_indices,
+        )
+
+
+class FutureMap:
+    """A relay indexed by request-pool row; row 0 doubles as the CUDA-graph padding row."""
+
+    def __init__(
+        self,
+        req_pool_size: int,
+        *,
+        device: str | torch.device = "cpu",
+        spec_algorithm: SpeculativeAlgorithm = SpeculativeAlgorithm.DSPARK,
+        poison: bool = False,
+        needs_cpu_seq_lens: bool = True,
+    ):
+        self.req_pool_size = _validate.positive_int("req_pool_size", req_pool_size)
+        if not isinstance(spec_algorithm, SpeculativeAlgorithm):
+            raise TypeError(f"spec_algorithm: expected SpeculativeAlgorithm, got {type(spec_algorithm).__name__}")
+        self.device = torch.device(device)
+        self.spec_algorithm = spec_algorithm
+        self.poison = poison
+        self.needs_cpu_seq_lens = needs_cpu_seq_lens
+        self.output_tokens_buf = torch.full((req_pool_size,), POISON, dtype=torch.int64, device=self.device)
+        self.new_seq_lens_buf = torch.full((req_pool_size,), POISON, dtype=torch.int64, device=self.device)
+        self.confidence_buf: Optional[torch.Tensor] = None  # lazily sized by the first publish with confidence
+        self.dsa_topk_indices_buf: Optional[torch.Tensor] = None  # DSPARK never relays DSA indices
+        self._fresh_seq_lens = torch.zeros(req_pool_size, dtype=torch.bool)
+        self._fresh_bonus = torch.zeros(req_pool_size, dtype=torch.bool)
+        self.publish_ready = None  # set by the first non-empty publish (SGLang: a device Event)
+
+    # ---- writers (step N) -------------------------------------------------
+
+    def _rows(self, name: str, indices) -> torch.Tensor:
+        _validate.int_tensor(name, indices)
+        _validate.in_range(name, indices, 0, self.req_pool_size)
+        _validate.unique(name, indices)
+        return indices.to(device=self.device, dtype=torch.int64)
+
+    def publish(self, indices: torch.Tensor, new_seq_lens: torch.Tensor, confidence: Optional[torch.Tensor] = None) -> None:
+        rows = self._rows("indices", indices)
+        _validate.int_tensor("new_seq_lens", new_seq_lens, nonnegative=True)
+        _validate.same_length(indices=indices, new_seq_lens=new_seq_lens)
+        if confidence is not None:
+            if not isinstance(confidence, torch.Tensor) or confidence.dim() != 2 or confidence.shape[0] != rows.numel():
+                raise ValueError("confidence: expected a [len(indices), gamma] tensor")
+            if self.confidence_buf is not None and self.confidence_buf.shape[1] != confidence.shape[1]:
+                raise ValueError(f"confidence: width {confidence.shape[1]} != relay width {self.confidence_buf.shape[1]}")
+        if rows.numel() == 0:  # a DP-idle rank touches nothing
+            return
+        self.new_seq_lens_buf[rows] = new_seq_lens.to(self.new_seq_lens_buf)
+        if confidence is not None:
+            if self.confidence_buf is None:
+                self.confidence_buf = torch.zeros(self.req_pool_size, confidence.shape[1], dtype=torch.float64, device=self.device)
+            self.confidence_buf[rows] = confidence.to(self.confidence_buf)
+        self._fresh_seq_lens[rows.cpu()] = True
+        self.publish_ready = True
+
+    def stash(self, indices: torch.Tensor, payload: RelayPayload) -> None:
+        rows = self._rows("indices", indices)
+        if not isinstance(payload, RelayPayload):
+            raise TypeError(f"payload: expected RelayPayload, got {type(payload).__name__}")
+        _validate.int_tensor("payload.bonus_tokens", payload.bonus_tokens)
+        _validate.same_length(indices=indices, bonus_tokens=payload.bonus_tokens)
+        if rows.numel() == 0:
+            return
+        self.output_tokens_buf[rows] = payload.bonus_tokens.to(self.output_tokens_buf)
+        self._fresh_bonus[rows.cpu()] = True
+
+    # ---- readers (step N+1) ----------------------------------------------
+
+    def _consume(self, what: str, fresh: torch.Tensor, buf: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        stale = ~fresh[rows.cpu()]
+        if bool(stale.any()):
+            bad = rows.cpu()[stale].tolist()
+            raise RuntimeError(f"FutureMap: {what} of rows {bad} resolved without a fresh publish/stash (stale relay)")
+        out = buf[rows].clone()
+        fresh[rows.cpu()] = False
+        if self.poison:
+            buf[rows] = POISON
+        return out
+
+    @staticmethod
+    def _future_rows(batch) -> torch.Tensor:
+        spec_info = batch.spec_info
+        rows = None if spec_info is None else spec_info.future_indices
+        if rows is None:
+            raise ValueError("batch.spec_info.future_indices: required to resolve from the relay (overlap off?)")
+        return rows
+
+    def resolve_seq_lens(self, batch) -> None:
+        """Gather the committed lengths step N published into `batch.seq_lens(_cpu/_sum)`."""
+        rows = self._future_rows(batch)
+        seq_lens = self._consume("seq lens", self._fresh_seq_lens, self.new_seq_lens_buf, rows)
+        batch.seq_lens = seq_lens
+        batch.seq_lens_cpu = seq_lens.cpu() if self.needs_cpu_seq_lens else None
+        batch.seq_lens_sum = int(seq_lens.sum()) if self.needs_cpu_seq_lens else None
+
+    resolve_seq_lens_cpu = resolve_seq_lens  # SGLang's name
+
+    def resolve_forward_inputs(self, batch) -> None:
+        """Gather the bonus tokens (next anchors) step N stashed into the draft input."""
+        if not batch.enable_overlap or self.spec_algorithm.is_none():
+            return
+        spec_info = batch.spec_info
+        rows = self._future_rows(batch)
+        spec_info.bonus_tokens = self._consume("bonus tokens", self._fresh_bonus, self.output_tokens_buf, rows)
+        if spec_info.future_dsa_topk_indices_available:
+            if self.dsa_topk_indices_buf is None:
+                raise RuntimeError("FutureMap: draft input claims relayed DSA top-k indices, but none were ever stashed")
+            spec_info.dsa_topk_indices = self.dsa_topk_indices_buf[rows]
+        else:
+            spec_info.dsa_topk_indices = None
+
+    def resolve_confidence(self, rows: torch.Tensor) -> Optional[torch.Tensor]:
+        return None if self.confidence_buf is None else self.confidence_buf[rows].clone()
+
+    def snapshot(self) -> dict[str, torch.Tensor]:
+        """Copies of the relay buffers, for checking what a call touched."""
+        snap = {"output_tokens_buf": self.output_tokens_buf.clone(), "new_seq_lens_buf": self.new_seq_lens_buf.clone()}
+        if self.confidence_buf is not None:
+            snap["confidence_buf"] = self.confidence_buf.clone()
+        return snap

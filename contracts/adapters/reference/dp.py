@@ -8,7 +8,8 @@ from contracts.boundary.dp import ALL_FIELDS, DpSyncCase, DpSyncObservation
 from dspark.draft_input import DraftInput
 from dspark.dspark_draft import DraftBlockProposer
 from dspark.schedule_batch import Req, ReqToTokenPool, ScheduleBatch
-from dspark.spec_info import SpecInput, spec_scale_global_num_tokens
+from dspark import spec_info
+from dspark.spec_info import SpecInput
 
 
 def _fields(fb) -> dict:
@@ -54,4 +55,4 @@ class ReferenceDpMetadata:
         return self._observe(case, lambda proposer, fb, batch: fb.init_mlp_sync_metadata(batch, is_draft_worker=True))
 
     def scale_global_num_tokens(self, counts, logprob_counts, width: int, logprob_width: int):
-        return spec_scale_global_num_tokens(_Widths(width, logprob_width), list(counts), list(logprob_counts))
+        return spec_info.spec_scale_global_num_tokens(_Widths(width, logprob_width), list(counts), list(logprob_counts))

@@ -1,0 +1,100 @@
+"""DP/MoE metadata bugs, the first of them the historical scaled `original_global_num_tokens_cpu`."""
+
+import torch
+
+from dspark import dspark_draft, forward_batch_info, spec_info
+from dspark.dspark_draft import DraftBlockProposer
+
+from . import Mutant
+
+_real_fill = DraftBlockProposer._fill_dp_moe_sync_metadata
+_real_scale = spec_info.spec_scale_global_num_tokens
+_real_init = forward_batch_info.ForwardBatch.init_mlp_sync_metadata
+
+
+def _after_fill(edit):
+    def fill(self, fb, batch):
+        _real_fill(self, fb, batch)
+        edit(self, fb, batch)
+    return fill
+
+
+def _original_scaled(self, fb, batch):
+    if fb.original_global_num_tokens_cpu is not None:
+        fb.original_global_num_tokens_cpu = list(fb.global_num_tokens_cpu)
+
+
+def _scale_by_verify_width(si, g, gl):  # T = gamma+1 instead of the draft width Q
+    class Wider:
+        num_tokens_per_req = si.num_tokens_per_req + 1
+        num_tokens_for_logprob_per_req = si.num_tokens_for_logprob_per_req + 1
+    return _real_scale(Wider, g, gl)
+
+
+def _scales_twice(self, fb, batch):
+    if fb.global_num_tokens_cpu is not None and batch.dp_spec_prefill_coordination_applied:
+        q = self.query_token_num
+        fb.global_num_tokens_cpu = [c * q for c in fb.global_num_tokens_cpu]
+        fb.global_num_tokens_gpu = torch.tensor(fb.global_num_tokens_cpu, dtype=torch.int64)
+
+
+def _counts_requests_not_tokens(self, fb, batch):
+    fb.num_token_non_padded_cpu = fb.batch_size
+    if fb.global_num_token_non_padded_cpu is not None and fb.original_global_num_tokens_cpu is not None:
+        fb.global_num_token_non_padded_cpu = fb.batch_size
+
+
+def _flags_only_on_dp_path(self, fb, batch):
+    if not (self._dp_moe_sync and batch.global_num_tokens is not None):
+        fb.can_run_decode_cuda_graph = False
+        fb.is_extend_in_batch = False
+
+
+def _dense_draft_writes_counts(self, fb, batch):
+    if not self._dp_moe_sync and batch.global_num_tokens is not None:
+        fb.original_global_num_tokens_cpu = batch.global_num_tokens
+
+
+def _init_forgets_to_scale(self, batch, device="cpu", is_draft_worker=False):
+    saved, self.spec_info = self.spec_info, None
+    try:
+        _real_init(self, batch, device, is_draft_worker)
+    finally:
+        self.spec_info = saved
+
+
+def _drop_idle_ranks(si, g, gl):
+    scaled, scaled_lp = _real_scale(si, g, gl)
+    return [c for c in scaled if c], [c for c in scaled_lp if c]
+
+
+def _pad_each_rank(si, g, gl):
+    scaled, scaled_lp = _real_scale(si, g, gl)
+    return [c + 1 for c in scaled], [c + 1 for c in scaled_lp]
+
+
+def _set_fill(edit):
+    return lambda mp: mp.setattr(DraftBlockProposer, "_fill_dp_moe_sync_metadata", _after_fill(edit))
+
+
+def _set_scale(fn):
+    def patch(mp):
+        mp.setattr(spec_info, "spec_scale_global_num_tokens", fn)
+        mp.setattr(dspark_draft, "spec_scale_global_num_tokens", fn)
+        mp.setattr(forward_batch_info, "spec_scale_global_num_tokens", fn)
+    return patch
+
+
+MUTANTS = [
+    Mutant("original-counts-scaled", ("DPSYNC-001",), _set_fill(_original_scaled)),
+    Mutant("scaled-by-verify-width", ("DPSYNC-002", "DPSYNC-007"),
+           lambda mp: mp.setattr(dspark_draft, "spec_scale_global_num_tokens", _scale_by_verify_width)),
+    Mutant("coordinated-counts-scaled-twice", ("DPSYNC-003",), _set_fill(_scales_twice)),
+    Mutant("non-padded-counts-requests", ("DPSYNC-004",), _set_fill(_counts_requests_not_tokens)),
+    Mutant("graph-flags-only-on-dp-path", ("DPSYNC-005",), _set_fill(_flags_only_on_dp_path)),
+    Mutant("dense-draft-writes-dp-counts", ("DPSYNC-006",), _set_fill(_dense_draft_writes_counts)),
+    Mutant("init-mlp-sync-forgets-to-scale", ("DPSYNC-007",),
+           lambda mp: mp.setattr(forward_batch_info.ForwardBatch, "init_mlp_sync_metadata", _init_forgets_to_scale)),
+    Mutant("scaling-drops-idle-ranks", ("SCALE-001",), _set_scale(_drop_idle_ranks)),
+    Mutant("scaling-pads-each-rank", ("SCALE-001", "SCALE-002"), _set_scale(_pad_each_rank)),
+]

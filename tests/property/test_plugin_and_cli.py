@@ -1,0 +1,64 @@
+"""The plugin and the check command, run as a user would: in a subprocess."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(*args, env=None, cwd=ROOT):
+    full_env = {k: v for k, v in os.environ.items() if k != "DSPARK_ENGINE"}
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=300)
+
+
+def test_check_prints_the_table_and_writes_json(tmp_path):
+    out = tmp_path / "r.json"
+    p = run("-m", "contracts.cli", "check", "--contract", "HANDOFF-001", "--contract", "DPSYNC-001",
+            "--json", str(out), "--profile", "ci")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "HANDOFF-001  passed" in p.stdout and "DPSYNC-001   passed" in p.stdout
+    data = json.loads(out.read_text())
+    assert data["engine"] == "reference" and data["counts"] == {"passed": 2, "failed": 0, "skipped": 0}
+
+
+def test_unknown_engine_fails_fast_with_one_line():
+    p = run("-m", "contracts.cli", "check", "--engine", "no-such-engine")
+    assert p.returncode == 4 and "unknown engine 'no-such-engine'" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_engine_from_module_factory_and_env_var(tmp_path):
+    # A user's engine that only exposes the dp-metadata level: handoff contracts skip with a reason.
+    (tmp_path / "my_engine.py").write_text(textwrap.dedent("""
+        from contracts.adapters.reference import ReferenceAdapter
+        class Partial(ReferenceAdapter):
+            name = "partial"
+            capabilities = frozenset({"dp-metadata"})
+    """))
+    out = tmp_path / "r.json"
+    p = run("-m", "contracts.cli", "check", "--contract", "HANDOFF-001", "--contract", "SCALE-001", "--json", str(out),
+            env={"DSPARK_ENGINE": "my_engine:Partial", "PYTHONPATH": str(tmp_path)})
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = {r["id"]: r for r in json.loads(out.read_text())["contracts"]}
+    assert rows["SCALE-001"]["result"] == "passed"
+    assert rows["HANDOFF-001"]["result"] == "skipped" and "lacks capability handoff" in rows["HANDOFF-001"]["detail"]
+
+
+def test_collect_only_needs_no_engine():
+    p = run("-m", "pytest", "--collect-only", "-q", "contracts/suite", "--engine", "not_installed_pkg:Factory")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "test_contract[HANDOFF-001]" in p.stdout
+
+
+def test_gpu_marker_selection_skips_cleanly_without_gpu():
+    p = run("-m", "pytest", "-q", "-m", "b300", "-p", "no:cacheprovider")
+    import torch
+
+    if not torch.cuda.is_available():
+        assert p.returncode in (0, 5), p.stdout + p.stderr
+        assert " failed" not in p.stdout

@@ -120,7 +120,9 @@ def pytest_runtest_logreport(report):
     from contracts.registry import all_contracts
 
     contract, table = all_contracts()[contract_id], _CONFIG.stash[_TABLE]
-    if report.skipped:
+    if hasattr(report, "wasxfail"):
+        table.record(contract, "known-failure", report.duration, report.wasxfail)
+    elif report.skipped:
         detail = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         table.record(contract, "skipped", report.duration, detail)
     elif report.failed:

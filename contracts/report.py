@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
-_RANK = {"passed": 0, "skipped": 1, "failed": 2}  # the worst outcome of a contract's phases wins
+_RANK = {"passed": 0, "skipped": 1, "known-failure": 2, "failed": 3}  # the worst outcome of a contract's phases wins
 
 
 @dataclass
@@ -24,13 +24,13 @@ class ContractTable:
     rows: dict = field(default_factory=dict)
 
     def record(self, contract, outcome: str, seconds: float, detail: str = "") -> None:
-        row = self.rows.setdefault(contract.id, Row(contract.id, contract.statement, self.engine, "passed"))
+        row = self.rows.setdefault(contract.id, Row(contract.id, contract.statement, self.engine, outcome))
         row.seconds += seconds
         if _RANK[outcome] > _RANK[row.result]:
             row.result, row.detail = outcome, detail
 
     def counts(self) -> dict:
-        out = {"passed": 0, "failed": 0, "skipped": 0}
+        out = {"passed": 0, "failed": 0, "skipped": 0, "known-failure": 0}
         for row in self.rows.values():
             out[row.result] += 1
         return out
@@ -44,7 +44,8 @@ class ContractTable:
             if r.result != "passed" and r.detail:
                 out.append(f"{'':<{width}}  {'':<7}  {'':>6}  -> {r.detail}")
         c = self.counts()
-        out.append(f"engine={self.engine}: {c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped")
+        out.append(f"engine={self.engine}: {c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped, "
+                   f"{c['known-failure']} known failures")
         return out
 
     def write_json(self, path: str) -> None:

@@ -56,7 +56,7 @@ def test_collect_only_needs_no_engine():
 
 
 def test_gpu_marker_selection_skips_cleanly_without_gpu():
-    p = run("-m", "pytest", "-q", "-m", "b300", "-p", "no:cacheprovider")
+    p = run("-m", "pytest", "-q", "-m", "b300", "-p", "no:cacheprovider", "tests/gpu", "contracts/suite")
     import torch
 
     if not torch.cuda.is_available():

@@ -5,10 +5,10 @@ import copy
 import torch
 
 from contracts.boundary.dp import ALL_FIELDS, DpSyncCase, DpSyncObservation
+from dspark import spec_info
 from dspark.draft_input import DraftInput
 from dspark.dspark_draft import DraftBlockProposer
 from dspark.schedule_batch import Req, ReqToTokenPool, ScheduleBatch
-from dspark import spec_info
 from dspark.spec_info import SpecInput
 
 

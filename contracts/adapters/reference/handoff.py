@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import torch
-
 from contracts.boundary.handoff import DraftInputView, HandoffCase, ResolvedInputs
 from dspark import disaggregation
 from dspark.overlap_utils import FutureMap

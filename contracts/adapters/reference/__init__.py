@@ -6,10 +6,11 @@ import dspark
 from contracts import protocol
 from contracts.adapters.reference.dp import ReferenceDpMetadata
 from contracts.adapters.reference.handoff import ReferenceHandoff
+from contracts.adapters.reference.ranks import ReferenceRanks
 
 
-class ReferenceAdapter(ReferenceHandoff, ReferenceDpMetadata):
+class ReferenceAdapter(ReferenceHandoff, ReferenceDpMetadata, ReferenceRanks):
     name = "reference"
     version = dspark.__version__
     device = "cpu"
-    capabilities = frozenset({protocol.HANDOFF, protocol.DP_METADATA})
+    capabilities = frozenset({protocol.HANDOFF, protocol.DP_METADATA, protocol.RANKS})

@@ -1,0 +1,96 @@
+"""Ranks level of the reference adapter: `dspark.dp_runner` on real rank processes (gloo, loopback).
+
+A run costs a few process starts, so each scenario runs once per pytest process and its
+observations serve every ranks contract. The cache key holds the rank program, the
+collective timeout and the identity of every dspark function a rank calls, so a mutant
+(or any monkeypatch that forked ranks would inherit) gets a fresh run.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import time
+from collections import OrderedDict
+
+from contracts.boundary.ranks import RankRunFailure, RankScenario, RanksRun, RankStep
+from dspark import dp_runner
+
+_RANK_MODULES = ("dspark.dp_runner", "dspark.dspark_draft", "dspark.graph_buckets", "dspark.spec_info",
+                 "dspark.forward_batch_info", "dspark.schedule_batch", "dspark.draft_input", "dspark._validate")
+_CACHE: "OrderedDict[tuple, RanksRun]" = OrderedDict()
+_CACHE_SIZE = 16
+
+
+def _ref(value):
+    """The object itself when hashable (held by the key, so its id cannot be reused), else its id."""
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        return id(value)
+
+
+def _code_fingerprint() -> tuple:
+    """The module- and class-level callables the ranks run (a monkeypatch changes one of them)."""
+    out = []
+    for name in _RANK_MODULES:
+        module = sys.modules.get(name)
+        if module is None:
+            continue
+        for attr, value in sorted(vars(module).items()):
+            if inspect.isclass(value) and value.__module__ == name:
+                out.extend((name, attr, k, _ref(v)) for k, v in sorted(vars(value).items()) if callable(v))
+            elif callable(value):
+                out.append((name, attr, _ref(value)))
+    return tuple(out)
+
+
+def _tuples(v):
+    return None if v is None else tuple(v)
+
+
+def _step(o: dict) -> RankStep:
+    return RankStep(
+        rank=o["rank"], step=o["step"], bs=o["bs"], forward_mode=o["forward_mode"], raw_counts=tuple(o["raw_counts"]),
+        original_global_num_tokens_cpu=_tuples(o["original_global_num_tokens_cpu"]),
+        global_num_tokens_cpu=_tuples(o["global_num_tokens_cpu"]),
+        global_num_tokens_gpu=_tuples(o["global_num_tokens_gpu"]),
+        global_num_tokens_for_logprob_cpu=_tuples(o["global_num_tokens_for_logprob_cpu"]),
+        graph_bs=o["graph_bs"], local_verify_tier=o["local_verify_tier"],
+        gathered_verify_tiers=tuple(o["gathered_verify_tiers"]), verify_tier=o["verify_tier"],
+        local_rows=tuple(map(tuple, o["local_rows"])), gathered_rows=tuple(map(tuple, o["gathered_rows"])),
+        collectives=o["collectives"],
+    )
+
+
+def scenario_config(scenario: RankScenario, timeout_s: float) -> dp_runner.DpRunConfig:
+    return dp_runner.DpRunConfig(
+        world_size=scenario.world_size, batch_sizes=scenario.batch_sizes, verify_budgets=scenario.verify_budgets,
+        gamma=scenario.gamma, sample_from_anchor=scenario.sample_from_anchor, capture_bs=scenario.capture_bs,
+        max_running_requests=scenario.max_running_requests, seed=scenario.seed, timeout_s=timeout_s,
+    )
+
+
+class ReferenceRanks:
+    rank_backend = "gloo"  # the reference adapter runs on the CPU, whatever the machine has
+
+    def run_rank_scenario(self, scenario: RankScenario) -> RanksRun:
+        timeout_s = float(dp_runner.DEFAULT_TIMEOUT_S)
+        key = (scenario, dp_runner.RankProgram, timeout_s, self.rank_backend, _code_fingerprint())
+        if key in _CACHE:
+            _CACHE.move_to_end(key)
+            return _CACHE[key]
+        cfg = scenario_config(scenario, timeout_s)
+        t0 = time.monotonic()
+        try:
+            result = dp_runner.run_dp(cfg, backend=self.rank_backend)
+        except dp_runner.RankFailure as e:
+            run = RanksRun(scenario, (), RankRunFailure(e.rank, e.kind, str(e)), timeout_s, time.monotonic() - t0)
+        else:
+            ranks = tuple(tuple(_step(o) for o in per_rank) for per_rank in result.observations)
+            run = RanksRun(scenario, ranks, None, timeout_s, result.wall_s)
+        _CACHE[key] = run
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+        return run

@@ -1,0 +1,69 @@
+"""Ranks level: real DP-attention ranks, one process each, exchanging DP metadata and draft tokens.
+
+A scenario fixes every rank's batch size and verify budget per decode step; the engine
+runs it on `world_size` processes and returns what each rank observed at each step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Protocol, Tuple
+
+
+@dataclass(frozen=True)
+class RankScenario:
+    name: str
+    world_size: int
+    batch_sizes: Tuple[Tuple[int, ...], ...]  # [step][rank] local request counts; 0 = DP-idle rank
+    verify_budgets: Tuple[Tuple[Optional[int], ...], ...]  # [step][rank]; None = no budget this step
+    gamma: int
+    sample_from_anchor: bool  # Q = gamma if True, else gamma + 1
+    capture_bs: Tuple[int, ...]  # captured CUDA-graph batch sizes (already normalized)
+    max_running_requests: int
+    seed: int = 0
+
+    @property
+    def draft_width(self) -> int:
+        return self.gamma if self.sample_from_anchor else self.gamma + 1
+
+
+@dataclass(frozen=True)
+class RankStep:
+    """What one rank held after one decode step (plain data)."""
+
+    rank: int
+    step: int
+    bs: int
+    forward_mode: str  # the draft ForwardBatch's mode: IDLE on an idle rank
+    raw_counts: Tuple[int, ...]  # the gathered per-rank request counts
+    original_global_num_tokens_cpu: Optional[Tuple[int, ...]]
+    global_num_tokens_cpu: Optional[Tuple[int, ...]]
+    global_num_tokens_gpu: Optional[Tuple[int, ...]]  # device copy, as values
+    global_num_tokens_for_logprob_cpu: Optional[Tuple[int, ...]]
+    graph_bs: Optional[int]  # the CUDA-graph batch-size bucket; None = no graph fits
+    local_verify_tier: int  # -1 = no budget
+    gathered_verify_tiers: Tuple[int, ...]
+    verify_tier: Optional[int]  # the DP verify tier this rank uses
+    local_rows: Tuple[Tuple[int, ...], ...]  # draft-buffer rows this rank contributed: (token, src_rank, req, pos)
+    gathered_rows: Tuple[Tuple[int, ...], ...]  # real rows this rank holds after the all-gather
+    collectives: int  # collectives this rank entered during the step
+
+
+@dataclass(frozen=True)
+class RankRunFailure:
+    rank: Optional[int]  # the rank the engine holds at fault
+    kind: str  # desync | died | error | timeout | startup
+    message: str
+
+
+@dataclass(frozen=True)
+class RanksRun:
+    scenario: RankScenario
+    ranks: Tuple[Tuple[RankStep, ...], ...]  # [rank][step]; empty when the run failed
+    failure: Optional[RankRunFailure]
+    timeout_s: float
+    wall_s: float
+
+
+class RanksLevel(Protocol):
+    def run_rank_scenario(self, scenario: RankScenario) -> RanksRun: ...  # runs world_size rank processes

@@ -1,0 +1,134 @@
+"""Cross-rank contracts on real DP-attention rank processes (SGLang 0.5.23 B3, B6, G5, H2-H3).
+
+Each contract runs the fixed scenarios of `contracts.strategies.ranks` (2 and 4 ranks,
+idle ranks and an all-idle step included), one multi-process run per scenario shared by
+all of them, and names the rank and step where an observation differs. The expected
+values come from the scenario alone: request counts, Q, the captured buckets, budgets.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+
+from contracts.checks import expect, expect_equal
+from contracts.protocol import RANKS
+from contracts.registry import contract
+from contracts.strategies.ranks import SCENARIOS
+from contracts.violation import Mismatch
+
+
+def _completed(engine, scenario):
+    """The scenario's run; a run that failed is a mismatch naming the rank the engine blames."""
+    run = engine.run_rank_scenario(scenario)
+    if run.failure is not None:
+        f = run.failure
+        raise Mismatch(f"{scenario.name}: rank {f.rank} run", f"all {scenario.world_size} ranks complete "
+                       f"every collective within {run.timeout_s:g}s", f"rank {f.rank} failed ({f.kind}): {f.message}")
+    expect_equal(f"{scenario.name}: ranks reporting", scenario.world_size, len(run.ranks))
+    for r, steps in enumerate(run.ranks):
+        expect_equal(f"{scenario.name}: rank {r} steps reported", len(scenario.batch_sizes), len(steps))
+    return run
+
+
+def _each(engine):
+    """(scenario, step, rank, observation) over every scenario, step and rank."""
+    for scenario in SCENARIOS:
+        run = _completed(engine, scenario)
+        for s in range(len(scenario.batch_sizes)):
+            for r in range(scenario.world_size):
+                yield scenario, s, r, run.ranks[r][s]
+
+
+def _at(scenario, s, r, field):
+    return f"{scenario.name} step {s} rank {r}: {field}"
+
+
+def _bucket(capture_bs, raw):
+    buckets = sorted(capture_bs)
+    return None if raw > buckets[-1] else buckets[bisect_left(buckets, raw)]
+
+
+def _local_tier(bs, budget, T):
+    return -1 if budget is None else min(bs + budget, bs * T)  # min_verify_len = 1
+
+
+@contract("RANKS-001", "every DP rank, idle ones included, holds the same global_num_tokens: each rank's request count x "
+          "draft width Q, in rank order; the device copy and the logprob counts agree",
+          requires={RANKS})
+def same_scaled_counts_on_every_rank(engine):
+    for scenario, s, r, o in _each(engine):
+        scaled = tuple(c * scenario.draft_width for c in scenario.batch_sizes[s])
+        expect_equal(_at(scenario, s, r, "global_num_tokens_cpu"), scaled, o.global_num_tokens_cpu)
+        expect_equal(_at(scenario, s, r, "global_num_tokens_gpu (values)"), scaled, o.global_num_tokens_gpu)
+        expect_equal(_at(scenario, s, r, "global_num_tokens_for_logprob_cpu"), scaled, o.global_num_tokens_for_logprob_cpu)
+
+
+@contract("RANKS-002", "every DP rank, idle ones included, holds the same original_global_num_tokens_cpu: the gathered "
+          "per-rank request counts, unscaled",
+          requires={RANKS})
+def same_raw_counts_on_every_rank(engine):
+    for scenario, s, r, o in _each(engine):
+        raw = tuple(scenario.batch_sizes[s])
+        expect_equal(_at(scenario, s, r, "gathered request counts"), raw, o.raw_counts)
+        expect_equal(_at(scenario, s, r, "original_global_num_tokens_cpu"), raw, o.original_global_num_tokens_cpu)
+
+
+@contract("RANKS-003", "every DP rank picks the same CUDA-graph batch size: the smallest captured bucket >= the largest "
+          "per-rank request count, none when that exceeds the largest bucket",
+          requires={RANKS})
+def same_graph_bucket_on_every_rank(engine):
+    for scenario, s, r, o in _each(engine):
+        expect_equal(_at(scenario, s, r, "graph batch size"), _bucket(scenario.capture_bs, max(scenario.batch_sizes[s])),
+                     o.graph_bs)
+
+
+@contract("RANKS-004", "after the draft-token all-gather every rank holds exactly sum(scaled counts) real rows: each "
+          "rank's bs*Q rows, intact and in rank order (nothing lost, duplicated or padded)",
+          requires={RANKS})
+def gathered_rows_intact(engine):
+    for scenario in SCENARIOS:
+        run = _completed(engine, scenario)
+        q = scenario.draft_width
+        for s, sizes in enumerate(scenario.batch_sizes):
+            contributed = []
+            for src in range(scenario.world_size):
+                rows = run.ranks[src][s].local_rows
+                expect_equal(f"{scenario.name} step {s} rank {src}: rows contributed", sizes[src] * q, len(rows))
+                shape = tuple((src, i, j) for i in range(sizes[src]) for j in range(q))
+                expect_equal(f"{scenario.name} step {s} rank {src}: (src_rank, req, pos) of its rows", shape,
+                             tuple(row[1:] for row in rows))
+                contributed.extend(rows)
+            total = sum(sizes) * q
+            for r in range(scenario.world_size):
+                got = run.ranks[r][s].gathered_rows
+                if len(got) != total or tuple(got) != tuple(contributed):
+                    lost = sum(1 for row in contributed if row not in got)
+                    extra = len(got) - (len(contributed) - lost)
+                    raise Mismatch(_at(scenario, s, r, "gathered draft rows"),
+                                   f"{total} rows = the ranks' {list(sizes)} requests x Q={q}, in rank order",
+                                   f"{len(got)} rows ({lost} lost, {extra} extra: duplicates or padding), "
+                                   f"first rows {list(got[:3])}")
+
+
+@contract("RANKS-005", "idle DP ranks join every collective: every rank enters the same collectives each step and the "
+          "run completes within the collective timeout (no deadlock)",
+          requires={RANKS})
+def idle_ranks_join_every_collective(engine):
+    for scenario, s, r, o in _each(engine):
+        busy = next((rr for rr in range(scenario.world_size) if scenario.batch_sizes[s][rr]), 0)
+        reference = engine.run_rank_scenario(scenario).ranks[busy][s].collectives
+        expect(reference > 0, _at(scenario, s, busy, "collectives entered"), "at least one", reference)
+        expect_equal(_at(scenario, s, r, f"collectives entered (rank {busy} entered {reference})"), reference, o.collectives)
+        expect_equal(_at(scenario, s, r, "draft forward mode"), "IDLE" if o.bs == 0 else "DRAFT_EXTEND", o.forward_mode)
+
+
+@contract("RANKS-006", "under DP every rank verifies at the same tier: the max of the gathered per-rank tiers, none when "
+          "any rank has no budget or all tiers are 0 (SGLang G5)",
+          requires={RANKS})
+def same_verify_tier_on_every_rank(engine):
+    for scenario, s, r, o in _each(engine):
+        T = scenario.gamma + 1
+        tiers = tuple(_local_tier(bs, b, T) for bs, b in zip(scenario.batch_sizes[s], scenario.verify_budgets[s]))
+        expect_equal(_at(scenario, s, r, "gathered verify tiers"), tiers, o.gathered_verify_tiers)
+        expected = None if any(t < 0 for t in tiers) or all(t == 0 for t in tiers) else max(tiers)
+        expect_equal(_at(scenario, s, r, "DP verify tier"), expected, o.verify_tier)

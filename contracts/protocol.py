@@ -13,7 +13,8 @@ from typing import FrozenSet, Protocol, runtime_checkable
 # Levels (design card: handoff, dp-metadata, verify, planner, step, ranks).
 HANDOFF = "handoff"  # build the decode-side draft input from a PD handoff; a FutureMap relay
 DP_METADATA = "dp-metadata"  # draft forward batch DP/MoE sync metadata; count scaling
-VERIFY = "verify"
+VERIFY = "verify"  # greedy accept, finalize, and chain sampling with the engine's own randomness (sample_block)
+VERIFY_INJECTED_NOISE = "verify.injected-noise"  # sampling/mixed accept that take coins and resample noise as input
 PLANNER = "planner"
 STEP = "step"
 RANKS = "ranks"

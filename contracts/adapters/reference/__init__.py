@@ -7,10 +7,11 @@ from contracts import protocol
 from contracts.adapters.reference.dp import ReferenceDpMetadata
 from contracts.adapters.reference.handoff import ReferenceHandoff
 from contracts.adapters.reference.ranks import ReferenceRanks
+from contracts.adapters.reference.verify import ReferenceVerify
 
 
-class ReferenceAdapter(ReferenceHandoff, ReferenceDpMetadata, ReferenceRanks):
+class ReferenceAdapter(ReferenceHandoff, ReferenceDpMetadata, ReferenceRanks, ReferenceVerify):
     name = "reference"
     version = dspark.__version__
     device = "cpu"
-    capabilities = frozenset({protocol.HANDOFF, protocol.DP_METADATA, protocol.RANKS})
+    capabilities = frozenset({protocol.HANDOFF, protocol.DP_METADATA, protocol.RANKS, protocol.VERIFY, protocol.VERIFY_INJECTED_NOISE})

@@ -1,0 +1,170 @@
+"""Verify level: one verify step's inputs and results, as plain tensors.
+
+Layout (the reference engine's, SGLang's): ``candidates[:, 0]`` is the anchor,
+``candidates[:, 1:]`` the gamma drafts; target row ``j`` is the law of the
+token after ``candidates[:, j]``, so draft ``j+1`` is tested against row ``j``.
+
+Randomness. An engine that takes its randomness as input (capability
+``verify.injected-noise``) consumes coins ``u`` [bs, gamma] uniform on [0, 1)
+(draft ``d`` at row ``j`` is accepted iff ``q(d) > 0`` and ``u[:, j] * q(d) <
+p(d)``) and resample noise ``w`` [bs, V] = 1/E, E ~ Exp(1) i.i.d. (the bonus is
+``argmax_x r(x) * w(x)`` over the unnormalised weights ``r``: the exponential
+race). An engine that draws its own randomness (FlashInfer: Philox keyed by
+seed and row) is still checkable by the statistical contracts through
+``sample_block``, which only promises the right law and same-seed repeatability.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Optional, Protocol, Tuple
+
+import torch
+
+
+@dataclass(frozen=True)
+class VerifyCase:
+    """A reproducible recipe for a verify batch; `contracts.strategies.verify.build` makes the tensors.
+
+    Everything random in the tensors comes from ``torch.Generator().manual_seed(seed)``.
+    """
+
+    bs: int
+    gamma: int
+    vocab: int
+    target_family: str  # a name in contracts.strategies.verify.FAMILIES, or "mixed" (per row)
+    draft_family: str  # same, or "one_hot" for draft_probs=None (point-mass draft on the candidates)
+    draft_mode: str  # how drafts are chosen: a name in DRAFT_MODES, or "mixed" (per row)
+    seed: int
+    verify_lens: Optional[Tuple[int, ...]] = None  # per row in [1, gamma+1]; None = no cap
+    greedy: Optional[Tuple[bool, ...]] = None  # per-row greedy mask for mixed batches; None = none
+    dtype: str = "float64"  # probabilities, coins and noise: "float64" or "float32"
+
+
+@dataclass(frozen=True)
+class DyadicCase:
+    """Probabilities and coins on a dyadic grid (multiples of 1/8 and 1/16), so ``u * q(d)`` and
+    ``p(d)`` compare exactly in any float dtype and exact ties ``u * q(d) == p(d)`` are common."""
+
+    bs: int
+    gamma: int
+    vocab: int
+    one_hot: bool  # draft_probs=None: the draft is a point mass on the candidate (q(d) = 1)
+    seed: int
+    verify_lens: Optional[Tuple[int, ...]] = None
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True)
+class MarkovCase:
+    """First-order Markov target and draft over a small vocabulary: ``table[v]`` is the law after token v.
+
+    draft_family "one_hot" is a deterministic draft (verified with draft_probs=None); "target_greedy"
+    drafts the target's own argmax continuation.
+    """
+
+    bs: int  # independent sequences (exact-law contracts use one)
+    vocab: int
+    gamma: int
+    target_family: str
+    draft_family: str
+    seed: int
+    verify_lens: Optional[Tuple[int, ...]] = None  # per sequence, every step
+
+
+@dataclass(frozen=True)
+class VerifyInputs:
+    """One verify call. Rows past a row's verify length, and probability rows of greedy rows, may hold anything."""
+
+    candidates: torch.Tensor  # [bs, gamma+1] int64; col 0 = anchor
+    target_logits: torch.Tensor  # [bs, gamma+1, V] float (greedy verify reads only these)
+    target_probs: torch.Tensor  # [bs, gamma+1, V] float, rows sum to 1
+    draft_probs: Optional[torch.Tensor]  # [bs, gamma, V] float, or None: one-hot draft on the candidates
+    coins: torch.Tensor  # [bs, gamma] in [0, 1)
+    resample_noise: torch.Tensor  # [bs, V] = 1/Exp(1), finite and > 0
+    verify_lens: Optional[torch.Tensor]  # [bs] int64 in [1, gamma+1], or None (= gamma+1)
+    greedy_mask: torch.Tensor  # [bs] bool, for mixed_accept
+    prefix_lens: torch.Tensor  # [bs] int64 >= 0: committed length before this step
+
+    @property
+    def bs(self) -> int:
+        return self.candidates.shape[0]
+
+    @property
+    def gamma(self) -> int:
+        return self.candidates.shape[1] - 1
+
+    @property
+    def vocab(self) -> int:
+        return self.target_probs.shape[-1]
+
+    @property
+    def drafts(self) -> torch.Tensor:
+        return self.candidates[:, 1:]
+
+    def lens(self) -> torch.Tensor:
+        """Verify lengths L [bs], gamma+1 where there is no cap."""
+        if self.verify_lens is None:
+            return torch.full((self.bs,), self.gamma + 1, dtype=torch.int64)
+        return self.verify_lens.to(torch.int64)
+
+    def rows(self, index) -> "VerifyInputs":
+        """The sub-batch of rows ``index`` (a list or int64 tensor; repeats and reorders allowed)."""
+        index = torch.as_tensor(index, dtype=torch.int64)
+        return VerifyInputs(**{f.name: None if getattr(self, f.name) is None else getattr(self, f.name)[index]
+                               for f in fields(self)})
+
+    def replace(self, **changes) -> "VerifyInputs":
+        return VerifyInputs(**{**{f.name: getattr(self, f.name) for f in fields(self)}, **changes})
+
+    @staticmethod
+    def cat(parts) -> "VerifyInputs":
+        """Concatenate batches of one gamma and vocabulary (all with or all without a cap / draft probs)."""
+        parts = list(parts)
+        out = {}
+        for f in fields(VerifyInputs):
+            values = [getattr(p, f.name) for p in parts]
+            out[f.name] = None if any(v is None for v in values) else torch.cat(values)
+        return VerifyInputs(**out)
+
+
+@dataclass(frozen=True)
+class AcceptResult:
+    correct_len: torch.Tensor  # [bs] int: accepted drafts after the cap, in [0, min(gamma, L-1)]
+    bonus: torch.Tensor  # [bs] int: the token emitted after them
+    cap_trim: torch.Tensor  # [bs] int >= 0: drafts that passed but fell past the cap (raw - correct_len)
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    commit_len: torch.Tensor  # [bs] int = correct_len + 1
+    new_seq_lens: torch.Tensor  # [bs] int = prefix_lens + commit_len
+    out_tokens: torch.Tensor  # [bs, gamma+1] int: accepted drafts, the bonus, then -1
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """Both halves of one verify step, as the contracts read them."""
+
+    accept: AcceptResult
+    commit: CommitResult
+
+    def __getattr__(self, name):  # result.correct_len, result.out_tokens, ...
+        for half in ("accept", "commit"):
+            obj = object.__getattribute__(self, half)
+            if hasattr(obj, name):
+                return getattr(obj, name)
+        raise AttributeError(name)
+
+
+class VerifyLevel(Protocol):
+    """Conversions only. Capability ``verify``: greedy_accept, finalize, sample_block.
+    Capability ``verify.injected-noise`` adds sampling_accept and mixed_accept."""
+
+    def greedy_accept(self, inputs: VerifyInputs) -> AcceptResult: ...  # reads candidates, target_logits, verify_lens
+    def sampling_accept(self, inputs: VerifyInputs) -> AcceptResult: ...  # coins and resample_noise as given
+    def mixed_accept(self, inputs: VerifyInputs) -> AcceptResult: ...  # greedy where greedy_mask, else sampling
+    def finalize(self, inputs: VerifyInputs, accept: AcceptResult) -> CommitResult: ...  # reads prefix_lens, drafts
+    # Chain sampling with the engine's own randomness, a function of (inputs, seed) only; coins and
+    # resample_noise are ignored. Same inputs and seed must give the same result.
+    def sample_block(self, inputs: VerifyInputs, seed: int) -> AcceptResult: ...

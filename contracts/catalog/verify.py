@@ -1,0 +1,278 @@
+"""Verify/accept contracts: bookkeeping, greedy exactness, the accept rule, determinism, exact losslessness.
+
+Engine-agnostic: every expectation is recomputed here from the inputs (greedy),
+or measured from the engine's own decisions and integrated exactly
+(`contracts.scenarios.verify.derived_block_law`), never read off the reference
+engine. Conventions are the verify level's (`contracts.boundary.verify`).
+
+Statistical (Monte-Carlo) contracts live in `verify_stats`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from contracts.boundary.verify import VerifyCase, VerifyInputs
+from contracts.checks import expect, expect_equal
+from contracts.protocol import VERIFY, VERIFY_INJECTED_NOISE
+from contracts.registry import contract
+from contracts.scenarios.verify import derived_block_law, first_draft_enumeration, first_token_law, markov_enumeration, verify_step
+from contracts.strategies.verify import TIE_CASE, build, build_dyadic, build_markov, dyadic_cases, markov_cases, verify_cases
+from dspark.verify import oracle  # float64 laws of the target alone (no engine code)
+
+INJECTED = {VERIFY, VERIFY_INJECTED_NOISE}
+LAW_ATOL = 1e-9
+ALL = verify_cases
+# 64 near-uniform rows over 64 tokens: the bonus of every row is close to a uniform draw.
+HIGH_ENTROPY = VerifyCase(bs=64, gamma=2, vocab=64, target_family="near_uniform", draft_family="near_uniform",
+                          draft_mode="sampled", seed=0)
+EXACT_LAW = lambda: verify_cases(min_bs=1, max_bs=3, max_vocab=10, max_gamma=3, dtypes=("float64",))  # noqa: E731
+
+
+def _i64(t: torch.Tensor) -> torch.Tensor:
+    return t.to(torch.int64)
+
+
+def _first_bad(bad: torch.Tensor, what: str, expected, observed_of) -> None:
+    """Fail naming the first row where ``bad`` [bs] holds; ``observed_of(row)`` describes it."""
+    __tracebackhide__ = True
+    rows = bad.nonzero()
+    if rows.numel():
+        b = int(rows[0, 0])
+        expect(False, f"{what} (row {b})", expected, observed_of(b))
+
+
+def _lowest_argmax(x: torch.Tensor) -> torch.Tensor:
+    """Argmax over the last dim, ties to the lowest index (NaN-free inputs)."""
+    idx = torch.arange(x.shape[-1])
+    return torch.where(x == x.amax(-1, keepdim=True), idx, x.shape[-1]).amin(-1)
+
+
+def _leading(mask: torch.Tensor) -> torch.Tensor:
+    return mask.to(torch.int64).cumprod(1).sum(1)
+
+
+def _both_modes(engine, case):
+    inputs = build(case)
+    return inputs, [("greedy", verify_step(engine, inputs, "greedy")),
+                    ("sampled", verify_step(engine, inputs, "block", seed=case.seed))]
+
+
+@contract("VERIFY-001", "0 <= correct_len <= min(gamma, L-1), cap_trim >= 0, correct_len + cap_trim <= gamma, "
+          "bonus in [0, V); commit_len = correct_len + 1 in [1, L] and new_seq_lens = prefix_lens + commit_len",
+          requires={VERIFY}, cases=ALL, examples=(TIE_CASE,))
+def accept_bounds(engine, case):
+    inputs, results = _both_modes(engine, case)
+    lens, gamma = inputs.lens(), inputs.gamma
+    for mode, r in results:
+        c, trim, bonus = _i64(r.correct_len), _i64(r.cap_trim), _i64(r.bonus)
+        row = lambda b: (f"correct_len={int(c[b])} cap_trim={int(trim[b])} bonus={int(bonus[b])} "  # noqa: E731
+                         f"commit_len={int(r.commit_len[b])} L={int(lens[b])}")
+        _first_bad((c < 0) | (c > torch.clamp(lens - 1, max=gamma)), f"{mode}: correct_len", "in [0, min(gamma, L-1)]", row)
+        _first_bad((trim < 0) | (c + trim > gamma), f"{mode}: cap_trim", ">= 0 with correct_len + cap_trim <= gamma", row)
+        _first_bad((bonus < 0) | (bonus >= inputs.vocab), f"{mode}: bonus", f"a token id in [0, {inputs.vocab})", row)
+        commit = _i64(r.commit_len)
+        _first_bad((commit != c + 1) | (commit < 1) | (commit > lens), f"{mode}: commit_len", "correct_len + 1, in [1, L]", row)
+        _first_bad(_i64(r.new_seq_lens) != _i64(inputs.prefix_lens) + commit, f"{mode}: new_seq_lens",
+                   "prefix_lens + commit_len", lambda b: f"{int(r.new_seq_lens[b])} (prefix {int(inputs.prefix_lens[b])})")
+
+
+@contract("VERIFY-002", "out_tokens holds the accepted drafts, then exactly one bonus, then -1 placeholders",
+          requires={VERIFY}, cases=ALL, examples=(TIE_CASE,))
+def emitted_tokens(engine, case):
+    inputs, results = _both_modes(engine, case)
+    slot = torch.arange(inputs.gamma + 1)[None, :]
+    padded = torch.cat([_i64(inputs.drafts), torch.full((inputs.bs, 1), -1)], 1)
+    for mode, r in results:
+        c = _i64(r.correct_len)[:, None]
+        expected = torch.where(slot < c, padded, torch.where(slot == c, _i64(r.bonus)[:, None], -1))
+        out = _i64(r.out_tokens)
+        expect(out.shape == expected.shape, f"{mode}: out_tokens shape", list(expected.shape), list(out.shape))
+        _first_bad((out != expected).any(1), f"{mode}: out_tokens", "drafts[:correct_len] + [bonus] + [-1, ...]",
+                   lambda b: f"{out[b].tolist()} (drafts {inputs.drafts[b].tolist()}, correct_len {int(c[b])}, "
+                             f"bonus {int(r.bonus[b])})")
+
+
+@contract("VERIFY-003", "greedy: correct_len is the longest draft prefix equal to the target argmax (ties to the lowest "
+          "index), capped at L-1; the bonus is the target argmax at correct_len; cap_trim = raw - correct_len",
+          requires={VERIFY}, cases=ALL, examples=(TIE_CASE,))
+def greedy_decision(engine, case):
+    inputs = build(case)
+    r = engine.greedy_accept(inputs)
+    pred = _lowest_argmax(inputs.target_logits)  # [bs, gamma+1]
+    raw = _leading(_i64(inputs.drafts) == pred[:, :-1])
+    capped = torch.minimum(raw, inputs.lens() - 1)
+    bonus = pred.gather(1, capped[:, None])[:, 0]
+    row = lambda b: (f"correct_len={int(r.correct_len[b])} bonus={int(r.bonus[b])} cap_trim={int(r.cap_trim[b])} "  # noqa: E731
+                     f"(drafts {inputs.drafts[b].tolist()}, argmax {pred[b].tolist()}, L={int(inputs.lens()[b])})")
+    _first_bad(_i64(r.correct_len) != capped, "greedy correct_len", "longest prefix equal to argmax, capped", row)
+    _first_bad(_i64(r.bonus) != bonus, "greedy bonus", "target argmax at correct_len", row)
+    _first_bad(_i64(r.cap_trim) != raw - capped, "greedy cap_trim", "raw - correct_len", row)
+
+
+@contract("VERIFY-004", "greedy verify steps on a Markov target emit exactly the target's plain greedy continuation, "
+          "whatever the drafts and caps; drafts equal to it are all accepted (commit_len = L)",
+          max_examples=50, requires={VERIFY}, cases=lambda: markov_cases(max_gamma=6))
+def greedy_is_plain_greedy_decoding(engine, case):
+    target, draft, anchors = build_markov(case)
+    bs, v, gamma = case.bs, case.vocab, case.gamma
+    logits = target.log()
+    nxt = _lowest_argmax(logits)  # [V]: plain greedy successor of each token
+    want = gamma + 2
+    plain = [anchors]
+    for _ in range(want):
+        plain.append(nxt[plain[-1]])
+    plain = torch.stack(plain[1:], 1)  # [bs, want]
+    gen = torch.Generator().manual_seed(case.seed)
+    lens = None if case.verify_lens is None else torch.tensor(case.verify_lens, dtype=torch.int64)
+    emitted = [[] for _ in range(bs)]
+    last = anchors.clone()
+    for _ in range(want):  # each step emits at least one token
+        cand = [last]
+        for _k in range(gamma):
+            cand.append(torch.multinomial(draft[cand[-1]], 1, generator=gen)[:, 0])
+        cand = torch.stack(cand, 1)
+        probs = target[cand]
+        inputs = VerifyInputs(cand, logits[cand], probs, None, torch.zeros(bs, gamma, dtype=torch.float64),
+                              torch.ones(bs, v, dtype=torch.float64), lens, torch.zeros(bs, dtype=torch.bool),
+                              torch.zeros(bs, dtype=torch.int64))
+        r = verify_step(engine, inputs, "greedy")
+        agree = _leading(cand[:, 1:] == nxt[cand[:, :-1]])  # drafts on the greedy path from `last`
+        full = torch.minimum(inputs.lens(), torch.full((bs,), gamma + 1))
+        _first_bad((agree == gamma) & (_i64(r.commit_len) != full), "commit_len when every draft is the greedy token",
+                   "L (all drafts accepted)", lambda b: f"{int(r.commit_len[b])} (candidates {cand[b].tolist()})")
+        for b in range(bs):
+            emitted[b].extend(int(t) for t in r.out_tokens[b, : int(r.commit_len[b])])
+        last = torch.tensor([e[-1] for e in emitted])
+    for b in range(bs):
+        expect(emitted[b][:want] == plain[b].tolist(), f"tokens emitted for sequence {b}",
+               plain[b].tolist(), emitted[b][:want])
+
+
+@contract("VERIFY-005", "sampling accept count is the longest prefix with q(d) > 0 and u*q(d) < p(d) (strict; q = 1 for a "
+          "one-hot draft), capped at L-1; a capped row's bonus is the accepted draft d_L; cap_trim = raw - correct_len",
+          requires=INJECTED, cases=dyadic_cases)
+def accept_rule_exact(engine, case):
+    inputs = build_dyadic(case)
+    r = engine.sampling_accept(inputs)
+    d = _i64(inputs.drafts)[:, :, None]
+    p = inputs.target_probs[:, :-1].gather(2, d)[:, :, 0].to(torch.float64)
+    q = torch.ones_like(p) if inputs.draft_probs is None else inputs.draft_probs.gather(2, d)[:, :, 0].to(torch.float64)
+    u = inputs.coins.to(torch.float64)
+    raw = _leading((q > 0) & (u * q < p))  # exact: all values are small dyadic fractions
+    capped = torch.minimum(raw, inputs.lens() - 1)
+    row = lambda b: (f"correct_len={int(r.correct_len[b])} cap_trim={int(r.cap_trim[b])} bonus={int(r.bonus[b])} "  # noqa: E731
+                     f"(u={u[b].tolist()}, q(d)={q[b].tolist()}, p(d)={p[b].tolist()}, L={int(inputs.lens()[b])}, "
+                     f"candidates {inputs.candidates[b].tolist()})")
+    _first_bad(_i64(r.correct_len) != capped, "correct_len", "min(raw, L-1), raw = leading (q>0 and u*q < p)", row)
+    _first_bad(_i64(r.cap_trim) != raw - capped, "cap_trim", "raw - correct_len", row)
+    carried = _i64(inputs.candidates).gather(1, (capped + 1).clamp(max=inputs.gamma)[:, None])[:, 0]
+    _first_bad((capped < raw) & (_i64(r.bonus) != carried), "bonus of a capped row", "the accepted draft d_L", row)
+
+
+@contract("VERIFY-006", "mixed accept equals greedy accept on greedy_mask rows and sampling accept elsewhere, row by row",
+          max_examples=50, requires=INJECTED, cases=lambda: verify_cases(mixed=True), examples=(TIE_CASE,))
+def mixed_selects_per_row(engine, case):
+    inputs = build(case)
+    mixed, greedy, sampled = engine.mixed_accept(inputs), engine.greedy_accept(inputs), engine.sampling_accept(inputs)
+    m = inputs.greedy_mask
+    for field in ("correct_len", "bonus", "cap_trim"):
+        want = torch.where(m, _i64(getattr(greedy, field)), _i64(getattr(sampled, field)))
+        got = _i64(getattr(mixed, field))
+        _first_bad(got != want, f"mixed {field}", "greedy where greedy_mask, else sampling",
+                   lambda b: f"{int(got[b])}, expected {int(want[b])} (greedy_mask={bool(m[b])})")
+
+
+def _same(what: str, a, b, fields) -> None:
+    for f in fields:
+        expect_equal(f"{what}.{f}", getattr(a, f), getattr(b, f))
+
+
+ACCEPT_FIELDS = ("correct_len", "bonus", "cap_trim")
+COMMIT_FIELDS = ("commit_len", "new_seq_lens", "out_tokens")
+
+
+@contract("VERIFY-007", "same inputs and seed give bit-identical results: greedy accept, finalize, and sample_block "
+          "with the engine's own randomness", max_examples=50, requires={VERIFY}, cases=ALL)
+def deterministic(engine, case):
+    # The high-entropy batch rides along so that randomness leaking past the seed shows on every example
+    # (a small case may have too few random bonuses to reveal it reliably, which would make the
+    # failure flaky).
+    for name, inputs in (("case", build(case)), ("high-entropy batch", build(HIGH_ENTROPY))):
+        for mode in ("greedy", "block"):
+            a, b = verify_step(engine, inputs, mode, case.seed), verify_step(engine, inputs, mode, case.seed)
+            _same(f"{name}, {mode} (run 2 vs run 1)", a.accept, b.accept, ACCEPT_FIELDS)
+            _same(f"{name}, {mode} (run 2 vs run 1)", a.commit, b.commit, COMMIT_FIELDS)
+
+
+def _batch_independent(engine, case, modes) -> None:
+    inputs = build(case)
+    gen = torch.Generator().manual_seed(case.seed ^ 0x5EED)
+    perm = torch.randperm(inputs.bs, generator=gen)
+    other = build(case.__class__(**{**case.__dict__, "seed": case.seed + 1}))
+    # Alone; permuted; appended after an unrelated batch.
+    layouts = [(inputs.rows(perm), perm), (VerifyInputs.cat([other, inputs]), None)]
+    for mode in modes:
+        alone = verify_step(engine, inputs, mode)
+        for batch, order in layouts:
+            got = verify_step(engine, batch, mode)
+            index = order if order is not None else torch.arange(inputs.bs)
+            for half, fields in (("accept", ACCEPT_FIELDS), ("commit", COMMIT_FIELDS)):
+                for f in fields:
+                    mine = getattr(getattr(got, half), f)
+                    mine = mine[other.bs:] if order is None else mine
+                    want = getattr(getattr(alone, half), f)[index]
+                    where = "permuted batch" if order is not None else "after other rows"
+                    _first_bad((_i64(mine) != _i64(want)).reshape(inputs.bs, -1).any(1), f"{mode} {f} in a {where}",
+                               "the row's result when verified alone",
+                               lambda b: f"{mine[b].tolist()}, alone {want[b].tolist()}")
+
+
+@contract("VERIFY-008", "greedy accept and finalize: a row's result depends only on the row, not on its batch companions "
+          "or position", requires={VERIFY}, cases=lambda: verify_cases(min_bs=1))
+def greedy_batch_independent(engine, case):
+    _batch_independent(engine, case, ("greedy",))
+
+
+@contract("VERIFY-009", "sampling and mixed accept with injected randomness: a row's result depends only on the row "
+          "(inputs, coins, noise), not on its batch companions or position",
+          max_examples=50, requires=INJECTED, cases=lambda: verify_cases(min_bs=1))
+def sampling_batch_independent(engine, case):
+    _batch_independent(engine, case, ("sampling", "mixed"))
+
+
+@contract("LOSSLESS-001", "one step, exact: the law of the first emitted token, integrated over the coin and resample "
+          "noise from the engine's own decisions, equals the target row p_0 within 1e-9 (sampled or one-hot drafts, "
+          "caps included)", requires=INJECTED, cases=EXACT_LAW, max_examples=15)
+def first_token_lossless(engine, case):
+    inputs = build(case)
+    laws = derived_block_law(engine, first_draft_enumeration(inputs))
+    for b in range(inputs.bs):
+        law = first_token_law(laws[b], inputs.vocab)
+        p = inputs.target_probs[b, 0].to(torch.float64)
+        err = float((law - p).abs().max())
+        expect(err <= LAW_ATOL, f"law of the first emitted token (row {b})", [round(x, 12) for x in p.tolist()],
+               f"{[round(x, 12) for x in law.tolist()]} (max error {err:.3g})")
+
+
+@contract("LOSSLESS-002", "exact enumeration: with a Markov target and draft over a small vocabulary, the engine's block "
+          "law (drafts enumerated, coins and noise integrated from its decisions), completed by plain target sampling, "
+          "equals the target's own law of gamma+1 tokens (TV <= 1e-9)",
+          requires=INJECTED, max_examples=20,
+          cases=lambda: markov_cases(max_bs=1, max_vocab=4, max_gamma=3, max_blocks=27,
+                                     draft_families=("dense", "sparse", "one_hot", "ties", "zero_columns", "target_greedy")))
+def block_lossless(engine, case):
+    target, draft, anchors = build_markov(case)
+    anchor = int(anchors[0])
+    one_hot = case.draft_family in ("one_hot", "target_greedy")
+    verify_len = None if case.verify_lens is None else case.verify_lens[0]
+    law = derived_block_law(engine, markov_enumeration(target, draft, anchor, case.gamma, one_hot=one_hot,
+                                                       verify_len=verify_len))[0]
+    cond = oracle.markov(target)
+    n = case.gamma + 1
+    completed = oracle.complete_with_target(law, cond, (anchor,), n)
+    exact = oracle.continuation_law(cond, (anchor,), n)
+    tv = oracle.total_variation(completed, exact)
+    worst = max(set(completed) | set(exact), key=lambda k: abs(completed.get(k, 0.0) - exact.get(k, 0.0)))
+    expect(tv <= LAW_ATOL, "TV(completed block law, target law)", f"<= {LAW_ATOL}",
+           f"{tv:.3g}; worst sequence {worst}: engine {completed.get(worst, 0.0):.6g}, target {exact.get(worst, 0.0):.6g}")

@@ -1,0 +1,235 @@
+"""Verify batches: Hypothesis draws the shape, the row families and a seed; torch builds the tensors.
+
+Drawing every float through Hypothesis would be slow and shrink badly, so a
+case is a small recipe (`VerifyCase`) and `build` turns it into tensors with a
+seeded ``torch.Generator``. Hypothesis still shrinks what matters for reading a
+failure: bs, gamma, vocabulary, the family names, the caps.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import torch
+from hypothesis import strategies as st
+
+from contracts.boundary.verify import DyadicCase, MarkovCase, VerifyCase, VerifyInputs
+
+# Probability-row shape families. Each maps (generator, rows, vocab) -> float64 [rows, vocab], rows sum to 1.
+FAMILIES = ("sparse", "one_hot", "bimodal", "near_uniform", "long_tail", "ties", "zero_columns", "dense")
+# How the drafts relate to the target rows.
+DRAFT_MODES = ("sampled", "target_argmax", "early_reject", "tie_high", "uniform")
+
+
+def _normalise(w: torch.Tensor) -> torch.Tensor:
+    return w / w.sum(-1, keepdim=True)
+
+
+def _perm_rows(gen, n, v):
+    return torch.argsort(torch.rand(n, v, generator=gen, dtype=torch.float64), dim=-1)
+
+
+def family_rows(gen: torch.Generator, family: str, n: int, v: int, zero_cols: torch.Tensor | None = None) -> torch.Tensor:
+    """``n`` float64 probability rows over ``v`` tokens of one shape family."""
+    u = lambda *s: torch.rand(*s, generator=gen, dtype=torch.float64)  # noqa: E731
+    if family == "one_hot":
+        return torch.nn.functional.one_hot(torch.randint(0, v, (n,), generator=gen), v).to(torch.float64)
+    if family == "sparse":  # 1..ceil(v/4) tokens with mass
+        k = torch.randint(1, max(1, math.ceil(v / 4)) + 1, (n, 1), generator=gen)
+        keep = _perm_rows(gen, n, v) < k
+        return _normalise(torch.where(keep, -(1.0 - u(n, v)).log() + 1e-3, 0.0))
+    if family == "bimodal":  # two tokens share ~98%, the rest a thin floor
+        w = torch.full((n, v), 0.02 / v, dtype=torch.float64)
+        modes = _perm_rows(gen, n, v)[:, :2]
+        w.scatter_(1, modes, (0.49 + 0.02 * u(n, 2)))
+        return _normalise(w)
+    if family == "near_uniform":
+        return _normalise(1.0 + 0.01 * (u(n, v) - 0.5))
+    if family == "long_tail":  # Zipf 1/rank^2, ranks shuffled
+        rank = _perm_rows(gen, n, v).to(torch.float64) + 1
+        return _normalise(rank ** -2.0)
+    if family == "ties":  # few exact levels: many exactly tied maxima
+        w = torch.randint(0, 3, (n, v), generator=gen).to(torch.float64)
+        w[:, 0] += (w.sum(-1) == 0).to(torch.float64)  # never an empty row
+        return _normalise(w)
+    if family == "zero_columns":  # dense, but the batch-wide zero columns get no mass
+        w = -(1.0 - u(n, v)).log()
+        if zero_cols is not None and not bool(zero_cols.all()):
+            w = torch.where(zero_cols, 0.0, w)
+        return _normalise(w)
+    if family == "dense":
+        return _normalise(-(1.0 - u(n, v)).log())
+    raise ValueError(f"family: unknown probability-row family {family!r}")
+
+
+def _rows(gen, family: str, n: int, v: int, zero_cols) -> torch.Tensor:
+    if family != "mixed":
+        return family_rows(gen, family, n, v, zero_cols)
+    picks = torch.randint(0, len(FAMILIES), (n,), generator=gen)
+    table = torch.stack([family_rows(gen, f, n, v, zero_cols) for f in FAMILIES])  # [F, n, v]
+    return table[picks, torch.arange(n)]
+
+
+def _lowest_argmax(rows: torch.Tensor) -> torch.Tensor:
+    idx = torch.arange(rows.shape[-1])
+    return torch.where(rows == rows.amax(-1, keepdim=True), idx, rows.shape[-1]).amin(-1)
+
+
+def _highest_argmax(rows: torch.Tensor) -> torch.Tensor:
+    idx = torch.arange(rows.shape[-1])
+    return torch.where(rows == rows.amax(-1, keepdim=True), idx, -1).amax(-1)
+
+
+def _drafts(gen, mode: str, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Drafts [bs, gamma] against target rows p [bs, gamma+1, V] and proposal rows q [bs, gamma, V]."""
+    bs, gamma, v = q.shape
+    if mode == "mixed":
+        picks = torch.randint(0, len(DRAFT_MODES), (bs,), generator=gen)
+        table = torch.stack([_drafts(gen, m, p, q) for m in DRAFT_MODES])
+        return table[picks, torch.arange(bs)]
+    best = _lowest_argmax(p[:, :gamma])
+    if mode == "sampled":
+        flat = q.reshape(-1, v)
+        return torch.multinomial(flat, 1, generator=gen).reshape(bs, gamma) if flat.shape[0] else best
+    if mode == "target_argmax":
+        return best
+    if mode == "tie_high":
+        return _highest_argmax(p[:, :gamma])
+    if mode == "uniform":
+        return torch.randint(0, v, (bs, gamma), generator=gen)
+    if mode == "early_reject":  # target argmax up to a random position, then a token the target likes least
+        cut = torch.randint(0, gamma, (bs, 1), generator=gen)
+        worst = _lowest_argmax(-p[:, :gamma])
+        after = torch.randint(0, v, (bs, gamma), generator=gen)
+        pos = torch.arange(gamma)[None, :]
+        return torch.where(pos < cut, best, torch.where(pos == cut, worst, after))
+    raise ValueError(f"draft_mode: unknown draft mode {mode!r}")
+
+
+def build(case: VerifyCase) -> VerifyInputs:
+    """The tensors of a case; a pure function of the case (seeded generator)."""
+    gen = torch.Generator().manual_seed(case.seed)
+    bs, gamma, v = case.bs, case.gamma, case.vocab
+    dtype = getattr(torch, case.dtype)
+    zero_cols = torch.rand(v, generator=gen) < 0.3
+    p = _rows(gen, case.target_family, bs * (gamma + 1), v, zero_cols).reshape(bs, gamma + 1, v)
+    one_hot = case.draft_family == "one_hot"
+    q_family = "dense" if one_hot else case.draft_family  # a one-hot draft still proposes from some law
+    q = _rows(gen, q_family, bs * gamma, v, zero_cols).reshape(bs, gamma, v)
+    drafts = _drafts(gen, case.draft_mode, p, q)
+    anchor = torch.randint(0, v, (bs, 1), generator=gen)
+    probs = p.to(dtype)
+    return VerifyInputs(
+        candidates=torch.cat([anchor, drafts], 1),
+        target_logits=probs.log(),  # -inf off the support; same argmax (and ties) as the probabilities
+        target_probs=probs,
+        draft_probs=None if one_hot else q.to(dtype),
+        coins=torch.rand(bs, gamma, generator=gen, dtype=torch.float64).to(dtype),
+        resample_noise=(1.0 / torch.empty(bs, v, dtype=torch.float64).exponential_(generator=gen).clamp_min(1e-30)).to(dtype),
+        verify_lens=None if case.verify_lens is None else torch.tensor(case.verify_lens, dtype=torch.int64),
+        greedy_mask=torch.zeros(bs, dtype=torch.bool) if case.greedy is None else torch.tensor(case.greedy, dtype=torch.bool),
+        prefix_lens=torch.randint(0, 4096, (bs,), generator=gen),
+    )
+
+
+families = st.sampled_from(FAMILIES + ("mixed",))
+draft_modes = st.sampled_from(DRAFT_MODES + ("mixed",))
+seeds = st.integers(0, 2**32 - 1)
+
+
+def _caps(draw, bs: int, gamma: int) -> tuple:
+    """Per-row verify lengths in [1, gamma+1]: all one value (1 and gamma+1 included), or mixed per row."""
+    kind = draw(st.sampled_from(("same", "per_row")), label="caps")
+    if kind == "same":
+        return (draw(st.integers(1, gamma + 1), label="verify_len"),) * bs
+    rnd = random.Random(draw(seeds, label="verify_lens_seed"))
+    return tuple(rnd.randint(1, gamma + 1) for _ in range(bs))
+
+
+@st.composite
+def verify_cases(draw, *, min_bs=0, max_bs=16, max_vocab=64, max_gamma=8, capped=None, one_hot=None,
+                 mixed=None, dtypes=("float64", "float32")) -> VerifyCase:
+    """bs 0..16, vocabulary 2..64, gamma 1..8; caps in [1, gamma+1] or none; one-hot or sampled drafts."""
+    bs = draw(st.integers(min_bs, max_bs), label="bs")
+    gamma = draw(st.integers(1, max_gamma), label="gamma")
+    vocab = draw(st.integers(2, max_vocab), label="vocab")
+    target = draw(families, label="target_family")
+    use_one_hot = draw(st.booleans(), label="one_hot_draft") if one_hot is None else one_hot
+    draft = "one_hot" if use_one_hot else draw(families, label="draft_family")
+    mode = draw(draft_modes, label="draft_mode")
+    use_cap = draw(st.booleans(), label="capped") if capped is None else capped
+    lens = _caps(draw, bs, gamma) if use_cap else None
+    greedy = None
+    if mixed if mixed is not None else draw(st.booleans(), label="mixed"):
+        # One drawn integer rather than a drawn list: per-row lists cost more Hypothesis time than the check.
+        rnd = random.Random(draw(seeds, label="greedy_mask_seed"))
+        greedy = tuple(rnd.random() < 0.5 for _ in range(bs))
+    dtype = draw(st.sampled_from(dtypes), label="dtype")
+    return VerifyCase(bs, gamma, vocab, target, draft, mode, draw(seeds, label="seed"), lens, greedy, dtype)
+
+
+# A regression example: ties in the target, a one-hot draft, and caps of 1 and gamma+1.
+TIE_CASE = VerifyCase(bs=3, gamma=3, vocab=5, target_family="ties", draft_family="one_hot", draft_mode="tie_high",
+                      seed=7, verify_lens=(1, 4, 2), greedy=(True, False, True))
+
+
+def build_dyadic(case: DyadicCase) -> VerifyInputs:
+    """Rows with mass in multiples of 1/8 (zeros common), coins in multiples of 1/16, drafts anywhere."""
+    gen = torch.Generator().manual_seed(case.seed)
+    bs, gamma, v = case.bs, case.gamma, case.vocab
+    dtype = getattr(torch, case.dtype)
+
+    def eighths(n):
+        hits = torch.randint(0, v, (n, 8), generator=gen)
+        return torch.zeros(n, v, dtype=torch.float64).scatter_add_(1, hits, torch.full((n, 8), 1 / 8, dtype=torch.float64))
+
+    p = eighths(bs * (gamma + 1)).reshape(bs, gamma + 1, v)
+    q = eighths(bs * gamma).reshape(bs, gamma, v)
+    cand = torch.randint(0, v, (bs, gamma + 1), generator=gen)
+    # Half the drafts come from q (so most have q > 0), the rest uniform (q = 0 and p = 0 both occur).
+    from_q = torch.multinomial(q.reshape(-1, v), 1, generator=gen).reshape(bs, gamma) if bs else cand[:, 1:]
+    cand[:, 1:] = torch.where(torch.rand(bs, gamma, generator=gen) < 0.5, from_q, cand[:, 1:])
+    probs = p.to(dtype)
+    return VerifyInputs(
+        candidates=cand, target_logits=probs, target_probs=probs,
+        draft_probs=None if case.one_hot else q.to(dtype),
+        coins=(torch.randint(0, 16, (bs, gamma), generator=gen).to(torch.float64) / 16).to(dtype),
+        resample_noise=(1.0 / torch.empty(bs, v, dtype=torch.float64).exponential_(generator=gen).clamp_min(1e-30)).to(dtype),
+        verify_lens=None if case.verify_lens is None else torch.tensor(case.verify_lens, dtype=torch.int64),
+        greedy_mask=torch.zeros(bs, dtype=torch.bool), prefix_lens=torch.zeros(bs, dtype=torch.int64))
+
+
+@st.composite
+def dyadic_cases(draw) -> DyadicCase:
+    bs = draw(st.integers(1, 16), label="bs")
+    gamma = draw(st.integers(1, 8), label="gamma")
+    lens = _caps(draw, bs, gamma) if draw(st.booleans(), label="capped") else None
+    return DyadicCase(bs, gamma, draw(st.integers(2, 12), label="vocab"), draw(st.booleans(), label="one_hot"),
+                      draw(seeds, label="seed"), lens, draw(st.sampled_from(("float32", "float64")), label="dtype"))
+
+
+def build_markov(case: MarkovCase):
+    """(target table [V, V], draft table [V, V], anchors [bs]) in float64; rows are laws after a token."""
+    gen = torch.Generator().manual_seed(case.seed)
+    v = case.vocab
+    zero_cols = torch.rand(v, generator=gen) < 0.3
+    target = _rows(gen, case.target_family, v, v, zero_cols)
+    if case.draft_family == "target_greedy":
+        draft = torch.nn.functional.one_hot(_lowest_argmax(target), v).to(torch.float64)
+    else:
+        draft = _rows(gen, case.draft_family, v, v, zero_cols)
+    return target, draft, torch.randint(0, v, (case.bs,), generator=gen)
+
+
+@st.composite
+def markov_cases(draw, *, max_bs=8, max_vocab=8, max_gamma=6, max_blocks=None, draft_families=None) -> MarkovCase:
+    """A Markov target/draft pair; ``max_blocks`` bounds vocab**gamma (exact enumeration)."""
+    bs = draw(st.integers(1, max_bs), label="bs")
+    vocab = draw(st.integers(2, max_vocab), label="vocab")
+    top = max_gamma if max_blocks is None else max(1, min(max_gamma, int(math.log(max_blocks) / math.log(vocab))))
+    gamma = draw(st.integers(1, top), label="gamma")
+    target = draw(families, label="target_family")
+    draft = draw(st.sampled_from(draft_families or FAMILIES + ("mixed", "target_greedy")), label="draft_family")
+    lens = _caps(draw, bs, gamma) if draw(st.booleans(), label="capped") else None
+    return MarkovCase(bs, vocab, gamma, target, draft, draw(seeds, label="seed"), lens)

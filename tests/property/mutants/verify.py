@@ -1,0 +1,140 @@
+"""Verify/accept bugs: each patches a torch reference op the dispatcher calls on CPU tensors.
+
+`dspark.verify.dispatch` looks `reference.<op>` up at call time, so patching the
+`dspark.verify.reference` module is what the reference adapter sees. The
+sampling mutants share one re-implementation of the chain sampler with a knob
+per bug class, written apart from the reference so that it cannot inherit a fix.
+"""
+
+import torch
+
+from dspark import verify as dv
+from dspark.verify import reference
+from dspark.verify.results import AcceptOut, Finalized
+
+from . import Mutant
+
+_real_greedy = reference.greedy_accept
+_real_finalize = reference.finalize
+_real_noise = dv.draw_resample_noise
+_real_select = reference.select_mixed
+
+
+def _leading(mask):
+    return mask.to(torch.int64).cumprod(1).sum(1)
+
+
+def _sampling(*, strict=True, q_zero_rejected=True, residual=True, carry="draft", noise_rows=None):
+    """A chain sampler with one bug switched on.
+
+    strict: accept iff u*q < p (False: <=). q_zero_rejected: False accepts a draft the draft model gave 0.
+    residual: False resamples from p, not max(p - q, 0). carry: "draft" (correct), "resample" (a capped row
+    draws a new token instead of keeping d_L), "peek" (d_L is kept only if d_{L+1} also passed).
+    noise_rows: a function of bs giving the noise row each request reads (a batch-position bug).
+    """
+
+    def sampling_accept(candidates, target_probs, draft_probs, coins, resample_noise, verify_lens=None):
+        bs, width = candidates.shape
+        gamma = width - 1
+        acc = reference.compute_dtype(target_probs, draft_probs)
+        cand = candidates.to(torch.int64)
+        drafts = cand[:, 1:]
+        rows = torch.arange(bs)
+        p_d = target_probs[:, :gamma].gather(2, drafts[:, :, None])[:, :, 0].to(acc)
+        q_d = torch.ones_like(p_d) if draft_probs is None else draft_probs.gather(2, drafts[:, :, None])[:, :, 0].to(acc)
+        u = coins.to(acc)
+        passes = (u * q_d < p_d) if strict else (u * q_d <= p_d)
+        if q_zero_rejected:
+            passes = passes & (q_d > 0)
+        raw = _leading(passes)
+        lens = torch.full_like(raw, width) if verify_lens is None else verify_lens.to(torch.int64)
+        capped = torch.minimum(raw, lens - 1)
+        p_k = target_probs[rows, raw].to(acc)
+        k_q = raw.clamp(max=gamma - 1)
+        if draft_probs is None:
+            nxt = cand[rows, (raw + 1).clamp(max=gamma)]
+            q_k = (torch.arange(p_k.shape[1])[None, :] == nxt[:, None]).to(acc)
+        else:
+            q_k = draft_probs[rows, k_q].to(acc)
+        q_k = torch.where((raw < gamma)[:, None], q_k, 0.0)
+        weights = (p_k - q_k).clamp_min(0) if residual else p_k
+        weights = torch.where((weights > 0).any(1, keepdim=True), weights, p_k)
+        noise = resample_noise if noise_rows is None else resample_noise[noise_rows(bs)]
+        drawn = torch.argmax(weights * noise.to(acc), dim=1)
+        carried = cand[rows, (capped + 1).clamp(max=gamma)]
+        if carry == "draft":
+            keep = capped < raw
+        elif carry == "resample":
+            keep = torch.zeros_like(raw, dtype=torch.bool)
+        else:  # "peek": reads the acceptance of the draft after d_L
+            keep = capped + 1 < raw
+        return AcceptOut(capped.to(torch.int32), torch.where(keep, carried, drawn), (raw - capped).to(torch.int32))
+
+    return sampling_accept
+
+
+def _greedy_bonus_one_late(candidates, target_logits, verify_lens=None):
+    out = _real_greedy(candidates, target_logits, verify_lens)
+    pred = torch.argmax(target_logits, dim=-1)
+    late = (out.correct_len.to(torch.int64) + 1).clamp(max=candidates.shape[1] - 1)
+    return AcceptOut(out.correct_len, pred.gather(1, late[:, None])[:, 0], out.cap_trim)
+
+
+def _greedy_ties_high(candidates, target_logits, verify_lens=None):
+    # argmax over the vocabulary reversed: ties go to the highest index.
+    pred = target_logits.shape[-1] - 1 - torch.argmax(target_logits.flip(-1), dim=-1)
+    raw = _leading(candidates[:, 1:].to(torch.int64) == pred[:, :-1])
+    capped = raw if verify_lens is None else torch.minimum(raw, verify_lens.to(torch.int64) - 1)
+    return AcceptOut(capped.to(torch.int32), pred.gather(1, capped[:, None])[:, 0], (raw - capped).to(torch.int32))
+
+
+def _greedy_lens_of_wrong_row(candidates, target_logits, verify_lens=None):
+    return _real_greedy(candidates, target_logits, None if verify_lens is None else verify_lens.flip(0))
+
+
+def _finalize_zero_placeholder(prefix_lens, drafts, accept):
+    out = _real_finalize(prefix_lens, drafts, accept)
+    return Finalized(out.commit_len, out.new_seq_lens, out.out_tokens.clamp_min(0))
+
+
+def _finalize_anchor_not_committed(prefix_lens, drafts, accept):
+    out = _real_finalize(prefix_lens, drafts, accept)
+    return Finalized(out.commit_len - 1, out.new_seq_lens - 1, out.out_tokens)
+
+
+def _select_mixed_inverted(greedy, sampled, greedy_mask):
+    return _real_select(greedy, sampled, ~greedy_mask)
+
+
+def _unseeded_noise(bs, vocab, *, generator=None, device=None, dtype=torch.float32):
+    return _real_noise(bs, vocab, generator=None, device=device, dtype=dtype)  # ignores the caller's generator
+
+
+def _sampler(**bug):
+    return lambda mp: mp.setattr(reference, "sampling_accept", _sampling(**bug))
+
+
+MUTANTS = [
+    Mutant("resample-from-p-not-residual", ("LOSSLESS-001", "LOSSLESS-002", "LOSSLESS-003", "LOSSLESS-004"),
+           _sampler(residual=False)),
+    Mutant("accept-with-less-or-equal", ("VERIFY-005",), _sampler(strict=False)),
+    Mutant("zero-draft-probability-accepted", ("VERIFY-005",), _sampler(q_zero_rejected=False)),
+    Mutant("capped-bonus-resampled", ("VERIFY-005", "LOSSLESS-001", "LOSSLESS-002", "LOSSLESS-004"),
+           _sampler(carry="resample")),
+    Mutant("cap-peeks-at-next-draft", ("VERIFY-005", "LOSSLESS-002", "LOSSLESS-004"), _sampler(carry="peek")),
+    Mutant("noise-row-by-batch-position", ("VERIFY-009",), _sampler(noise_rows=lambda bs: torch.arange(bs).flip(0))),
+    Mutant("greedy-bonus-one-row-late", ("VERIFY-003", "VERIFY-004"),
+           lambda mp: mp.setattr(reference, "greedy_accept", _greedy_bonus_one_late)),
+    Mutant("greedy-ties-to-highest-index", ("VERIFY-003", "VERIFY-004"),
+           lambda mp: mp.setattr(reference, "greedy_accept", _greedy_ties_high)),
+    Mutant("greedy-cap-of-another-row", ("VERIFY-001", "VERIFY-008"),
+           lambda mp: mp.setattr(reference, "greedy_accept", _greedy_lens_of_wrong_row)),
+    Mutant("placeholder-zero-not-minus-one", ("VERIFY-002",),
+           lambda mp: mp.setattr(reference, "finalize", _finalize_zero_placeholder)),
+    Mutant("commit-forgets-the-bonus", ("VERIFY-001",),
+           lambda mp: mp.setattr(reference, "finalize", _finalize_anchor_not_committed)),
+    Mutant("mixed-mask-inverted", ("VERIFY-006",),
+           lambda mp: mp.setattr(reference, "select_mixed", _select_mixed_inverted)),
+    Mutant("sample-block-noise-unseeded", ("VERIFY-007",),
+           lambda mp: mp.setattr(dv, "draw_resample_noise", _unseeded_noise)),
+]

@@ -1,0 +1,166 @@
+"""The goodness-of-fit gate itself: exact p-values, calibrated on correct data, powerful on a known bias,
+loud on meaningless input (contracts/stats.py)."""
+
+import math
+
+import pytest
+import torch
+
+from contracts import stats
+
+# --- p-values ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("x", [0.0, 0.3, 1.0, 4.6, 13.8, 60.0])
+def test_p_value_closed_forms(x):
+    # dof 2: exp(-x/2); dof 1: erfc(sqrt(x/2)); dof 4: exp(-x/2) (1 + x/2).
+    assert stats.chi2_sf(x, 2) == pytest.approx(math.exp(-x / 2), rel=1e-12, abs=1e-300)
+    assert stats.chi2_sf(x, 1) == pytest.approx(math.erfc(math.sqrt(x / 2)), rel=1e-10, abs=1e-300)
+    assert stats.chi2_sf(x, 4) == pytest.approx(math.exp(-x / 2) * (1 + x / 2), rel=1e-12, abs=1e-300)
+
+
+def test_p_value_matches_scipy():
+    special = pytest.importorskip("scipy.special")  # a cross-check only; stats.py does not need scipy
+    for dof in (1, 3, 7, 30, 119, 1500):
+        for x in (0.5 * dof, dof, 2.0 * dof + 10):
+            assert stats.chi2_sf(x, dof) == pytest.approx(float(special.chdtrc(dof, x)), rel=1e-9, abs=1e-300)
+
+
+def test_infinite_statistic_has_p_zero():
+    assert stats.chi2_sf(math.inf, 3) == 0.0
+
+
+# --- cell merging ---------------------------------------------------------------------------------
+
+
+def test_merging_keeps_totals_and_reaches_five():
+    expected = torch.tensor([0.5, 0.7, 1.0, 2.0, 3.0, 40.0, 52.8], dtype=torch.float64)
+    observed = torch.tensor([1, 0, 2, 1, 4, 38, 54], dtype=torch.float64)
+    e, o = stats.merge_cells(expected, observed)
+    assert float(e.sum()) == pytest.approx(float(expected.sum()))
+    assert float(o.sum()) == float(observed.sum())
+    assert bool((e >= stats.MIN_EXPECTED).all())
+    assert e.numel() == 3  # {0.5, 0.7, 1, 2, 3} -> 7.2, then 40 and 52.8
+
+
+def test_small_trailing_group_joins_the_previous_one():
+    e, o = stats.merge_cells(torch.tensor([6.0, 7.0, 1.0]), torch.tensor([5.0, 8.0, 1.0]))
+    # sorted: 1 -> 1 + 6 = 7 (group), 7 (group)
+    assert e.tolist() == [7.0, 7.0] and o.tolist() == [6.0, 8.0]
+
+
+# --- calibration and power ------------------------------------------------------------------------
+
+
+def _random_law(gen, cells):
+    w = -(1 - torch.rand(cells, generator=gen, dtype=torch.float64)).log()
+    w[torch.rand(cells, generator=gen) < 0.2] = 0.0  # zero cells, never observed under the law
+    w[:2] = w.max() + 1e-3  # two cells share the top mass, so a test always keeps two merged cells
+    return w / w.sum()
+
+
+def _draw(gen, law, n):
+    return torch.bincount(torch.multinomial(law, n, replacement=True, generator=gen), minlength=law.numel())
+
+
+TRIALS = 1000
+
+
+def test_gate_does_not_fire_on_correct_data():
+    """Over 1000 seeded trials (2..60 cells, n = 500..20000) the p-values are calibrated and the gate never fires.
+
+    Observed (seed 0): 16/1000 trials with p < 0.01, 94/1000 with p < 0.1, smallest p 8e-4, and 0 gate
+    rejections at the Bonferroni share of 1e-6 across 10 tests.
+    """
+    gen = torch.Generator().manual_seed(0)
+    alpha = stats.bonferroni(stats.FAMILY_ALPHA, 10)
+    below_1pc = below_10pc = fired = 0
+    for _ in range(TRIALS):
+        cells = int(torch.randint(2, 61, (1,), generator=gen))
+        n = int(torch.randint(500, 20_001, (1,), generator=gen))
+        law = _random_law(gen, cells)
+        result = stats.chi_square_gof(_draw(gen, law, n), law)
+        assert result.impossible == 0
+        below_1pc += result.p_value < 0.01
+        below_10pc += result.p_value < 0.1
+        fired += result.rejects(alpha)
+    # Binomial(1000, 0.01) lies in [1, 25] and Binomial(1000, 0.1) in [65, 140] except with prob < 1e-5.
+    assert 1 <= below_1pc <= 25, below_1pc
+    assert 65 <= below_10pc <= 140, below_10pc
+    assert fired == 0
+
+
+def test_gate_fires_on_a_small_bias():
+    """Biases of TV ~0.03 over 10 cells at n = 20000 are caught in 50 of 50 trials at the per-test alpha 1e-7.
+
+    The bias mixes 3.3% of a point mass on the least likely cell into the law (TV 0.025-0.033).
+    Observed (seed 1): 50/50 caught, smallest chi-square 264 (dof <= 9).
+    """
+    gen = torch.Generator().manual_seed(1)
+    alpha = stats.bonferroni(stats.FAMILY_ALPHA, 10)
+    caught = 0
+    for _ in range(50):
+        law = _random_law(gen, 10)
+        rare = torch.where(law > 0, law, 2.0).argmin()
+        biased = 0.967 * law
+        biased[rare] += 0.033
+        assert 0.025 <= 0.5 * float((biased - law).abs().sum()) <= 0.033
+        result = stats.chi_square_gof(_draw(gen, biased, 20_000), law)
+        caught += result.rejects(alpha)
+    assert caught == 50
+
+
+def test_an_impossible_token_fails_at_once():
+    law = torch.tensor([0.5, 0.5, 0.0], dtype=torch.float64)
+    result = stats.chi_square_gof(torch.tensor([500, 499, 1]), law)
+    assert result.impossible == 1 and result.p_value == 0.0 and result.rejects(1e-9)
+
+
+def test_effect_size_floor_spares_a_harmless_deviation():
+    """At n = 4e6 a TV 0.002 deviation (e.g. a law rounded to float32) has p ~ 0 but stays under the floor."""
+    law = torch.full((4,), 0.25, dtype=torch.float64)
+    n = 4_000_000
+    counts = torch.tensor([n * 0.252, n * 0.248, n * 0.25, n * 0.25], dtype=torch.float64).round()
+    result = stats.chi_square_gof(counts, law)
+    assert result.p_value < 1e-12 and result.tvd < stats.TV_FLOOR
+    assert not result.rejects(1e-7)
+
+
+def test_bonferroni_split():
+    assert stats.bonferroni(1e-6, 10) == pytest.approx(1e-7)
+    assert stats.bonferroni(1e-6, 1) == 1e-6
+
+
+# --- meaningless input raises -----------------------------------------------------------------------
+
+HALF = torch.tensor([0.5, 0.5], dtype=torch.float64)
+
+
+@pytest.mark.parametrize("counts, law, match", [
+    (torch.tensor([-1, 3]), HALF, "counts"),
+    (torch.tensor([1.5, 3.0]), HALF, "counts"),
+    (torch.tensor([float("nan"), 3.0]), HALF, "counts"),
+    (torch.tensor([0, 0]), HALF, "counts"),
+    (torch.tensor([1, 2, 3]), HALF, "counts"),
+    (torch.tensor([]), torch.tensor([], dtype=torch.float64), "counts"),
+    (torch.tensor([5, 5]), torch.tensor([0.6, 0.5], dtype=torch.float64), "law"),
+    (torch.tensor([5, 5]), torch.tensor([1.5, -0.5], dtype=torch.float64), "law"),
+    (torch.tensor([5, 5]), torch.tensor([float("inf"), 0.0], dtype=torch.float64), "law"),
+    (torch.tensor([3, 0]), torch.tensor([1.0, 0.0], dtype=torch.float64), "law"),  # one cell: nothing to test
+    (torch.tensor([3, 1]), HALF, "law"),  # 4 draws: merged into a single cell
+], ids=["negative", "fractional", "nan", "no-observations", "shape", "empty", "law-sum", "law-negative",
+        "law-inf", "single-cell", "too-few-draws"])
+def test_meaningless_input_raises(counts, law, match):
+    with pytest.raises(ValueError, match=f"^{match}:"):
+        stats.chi_square_gof(counts, law)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: stats.bonferroni(0.0, 3), lambda: stats.bonferroni(1.5, 3), lambda: stats.bonferroni(1e-6, 0),
+    lambda: stats.chi2_sf(1.0, 0), lambda: stats.chi2_sf(-1.0, 2), lambda: stats.chi2_sf(float("nan"), 2),
+    lambda: stats.chi_square_gof(torch.tensor([5, 5]), HALF).rejects(0.0),
+], ids=["alpha-zero", "alpha-above-one", "no-tests", "dof-zero", "negative-statistic", "nan-statistic",
+        "rejects-alpha"])
+def test_bad_parameters_raise(call):
+    with pytest.raises(ValueError):
+        call()

@@ -1,0 +1,107 @@
+"""The historical DSpark bugs, put back into the real SGLang code, are caught by the contracts.
+
+Runs only where sglang 0.5.23 is installed (`bash scripts/install_sglang.sh`).
+Each case patches SGLang itself (never the adapter) to re-create a bug as it
+shipped, runs the matching contract against the sglang adapter, and checks the
+violation names the contract and engine, carries a shrunk case and a repro line.
+"""
+
+import pytest
+from hypothesis import Phase
+
+from contracts.adapters import sglang_env
+from contracts.registry import all_contracts
+from contracts.runner import run_contract
+from contracts.violation import ContractViolation
+
+
+@pytest.fixture(scope="module")
+def sglang_engine():
+    if sglang_env.sglang_unavailable_reason() is not None:
+        pytest.skip(sglang_env.sglang_unavailable_reason())
+    from contracts.engines import load_engine
+
+    return load_engine("sglang")
+
+
+def _dispatch_falls_through(mp):
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    real = SpeculativeAlgorithm.build_disagg_draft_input
+
+    def build(self, batch, last_tokens_tensor, future_map):
+        return None if self.is_dspark() else real(self, batch, last_tokens_tensor, future_map)
+
+    mp.setattr(SpeculativeAlgorithm, "build_disagg_draft_input", build)
+
+
+def _stash_skipped(mp):
+    from sglang.srt.managers.overlap_utils import FutureMap
+
+    mp.setattr(FutureMap, "stash", lambda self, indices, payload, *args, **kwargs: None)
+
+
+def _fill_edit(edit):
+    def patch(mp):
+        from sglang.srt.speculative.dspark_components.dspark_draft import DraftBlockProposer
+
+        real = DraftBlockProposer._fill_dp_moe_sync_metadata
+
+        def fill(self, fb, batch):
+            real(self, fb, batch)
+            edit(fb)
+
+        mp.setattr(DraftBlockProposer, "_fill_dp_moe_sync_metadata", fill)
+    return patch
+
+
+def _original_counts_missing(fb):
+    fb.original_global_num_tokens_cpu = None  # the pre-fix draft batch never set it
+
+
+def _original_counts_scaled(fb):
+    if fb.global_num_tokens_cpu is not None:
+        fb.original_global_num_tokens_cpu = list(fb.global_num_tokens_cpu)
+
+
+BUGS = [
+    ("DSPARK handoff dispatch falls through to None", _dispatch_falls_through, ("HANDOFF-001", "HANDOFF-010")),
+    ("relay stash skipped", _stash_skipped, ("HANDOFF-007",)),
+    ("original_global_num_tokens_cpu not set", _fill_edit(_original_counts_missing), ("DPSYNC-001",)),
+    ("original_global_num_tokens_cpu holds scaled counts", _fill_edit(_original_counts_scaled), ("DPSYNC-001",)),
+]
+
+
+@pytest.mark.parametrize("patch, contract_id",
+                         [pytest.param(p, cid, id=f"{cid}-{name}") for name, p, ids in BUGS for cid in ids])
+def test_reinserted_bug_is_caught(sglang_engine, patch, contract_id):
+    contract = all_contracts()[contract_id]
+    with pytest.MonkeyPatch.context() as mp:
+        patch(mp)
+        with pytest.raises(ContractViolation) as caught:
+            run_contract(contract, sglang_engine, derandomize=True, database=None, max_examples=100,
+                         phases=[Phase.generate, Phase.shrink])
+    violation = caught.value
+    assert violation.contract_id == contract_id and violation.engine == "sglang"
+    assert violation.case is not None and "'sglang'" in violation.repro
+    contract.check(sglang_engine, violation.case)  # the shrunk case passes once the bug is gone again
+
+
+def test_intact_sglang_passes_the_seed_examples(sglang_engine):
+    for contract_id in ("HANDOFF-001", "HANDOFF-010", "DPSYNC-001", "DPSYNC-004"):
+        contract = all_contracts()[contract_id]
+        for case in contract.examples:
+            contract.check(sglang_engine, case)
+
+
+def test_missing_or_wrong_sglang_fails_fast_with_the_install_command(monkeypatch):
+    import importlib.metadata
+
+    from contracts.engines import EngineLoadError, load_engine
+
+    real_version = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.4.0" if name == "sglang" else real_version(name))
+    with pytest.raises(EngineLoadError) as caught:
+        load_engine("sglang")
+    message = str(caught.value)
+    assert "0.4.0" in message and "bash scripts/install_sglang.sh" in message and "\n" not in message

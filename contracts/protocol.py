@@ -15,6 +15,7 @@ HANDOFF = "handoff"  # build the decode-side draft input from a PD handoff; a Fu
 DP_METADATA = "dp-metadata"  # draft forward batch DP/MoE sync metadata; count scaling
 VERIFY = "verify"  # greedy accept, finalize, and chain sampling with the engine's own randomness (sample_block)
 VERIFY_INJECTED_NOISE = "verify.injected-noise"  # sampling/mixed accept that take coins and resample noise as input
+VERIFY_EMPTY_BATCH = "verify.empty-batch"  # verify ops accept bs == 0 (a DP-idle rank's batch)
 PLANNER = "planner"
 STEP = "step"
 RANKS = "ranks"

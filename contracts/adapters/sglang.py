@@ -22,6 +22,7 @@ from contracts import protocol
 from contracts.adapters import sglang_env
 from contracts.boundary.dp import ALL_FIELDS, DpSyncCase, DpSyncObservation
 from contracts.boundary.handoff import DraftInputView, HandoffCase, ResolvedInputs
+from contracts.boundary.verify import AcceptResult, CommitResult, VerifyInputs
 
 CPU = torch.device("cpu")
 
@@ -29,7 +30,9 @@ CPU = torch.device("cpu")
 class SGLangAdapter:
     name = "sglang"
     device = "cpu"
-    capabilities = frozenset({protocol.HANDOFF, protocol.DP_METADATA})
+    # Not declared: verify.injected-noise (SGLang draws its own coins and Gumbel noise), planner, step, ranks
+    # (no CPU entry point without a model runner or process groups).
+    capabilities = frozenset({protocol.HANDOFF, protocol.DP_METADATA, protocol.VERIFY})
 
     def __init__(self):
         sglang_env.prepare_sglang_import()  # raises with the install command when sglang 0.5.23 is missing
@@ -45,6 +48,9 @@ class SGLangAdapter:
         self._mixin, self._dflash_info_v2, self._dspark_draft = mixin, dflash_info_v2, dspark_draft
         self._overlap_utils, self._spec_info, self._spec_utils = overlap_utils, spec_info, spec_utils
         self._draft_worker_common = draft_worker_common
+        from sglang.kernels.ops.speculative.dspark import blockwise_rejection, dspark_accept, dspark_verify_window
+
+        self._accept, self._window, self._blockwise = dspark_accept, dspark_verify_window, blockwise_rejection
         self._ForwardBatch, self._ForwardMode = ForwardBatch, ForwardMode
         self._DSPARK = spec_info.SpeculativeAlgorithm.DSPARK
 
@@ -184,3 +190,31 @@ class SGLangAdapter:
     def scale_global_num_tokens(self, counts, logprob_counts, width: int, logprob_width: int):
         widths = SimpleNamespace(num_tokens_per_req=width, num_tokens_for_logprob_per_req=logprob_width)
         return self._spec_info.spec_scale_global_num_tokens(widths, list(counts), list(logprob_counts))
+
+    # ---- verify level (the ops' torch paths, which SGLang runs for CPU tensors) -------------
+
+    def greedy_accept(self, inputs: VerifyInputs) -> AcceptResult:
+        bs, T = inputs.candidates.shape
+        cutoff = None if inputs.verify_lens is None else inputs.verify_lens.to(torch.int32)
+        correct, bonus, trim = self._accept.AcceptGreedy.execute(
+            candidates=inputs.candidates, target_logits=inputs.target_logits.reshape(bs * T, inputs.target_logits.shape[-1]),
+            verify_num_draft_tokens=T, cutoff_verify_lens=cutoff)
+        return AcceptResult(correct, bonus, torch.zeros_like(correct) if trim is None else trim)
+
+    def finalize(self, inputs: VerifyInputs, accept: AcceptResult) -> CommitResult:
+        lens = self._accept.FinalizeAcceptLens.execute(correct_len=accept.correct_len, cap_trim_lens=accept.cap_trim,
+                                                       prefix_lens=inputs.prefix_lens)
+        out = self._window.BuildOutTokens.execute(draft_tokens=inputs.drafts, correct_len=accept.correct_len, bonus=accept.bonus,
+                                                  verify_num_draft_tokens=inputs.gamma + 1, gamma=inputs.gamma)
+        return CommitResult(lens.commit_lens, lens.new_seq_lens, out)
+
+    def sample_block(self, inputs: VerifyInputs, seed: int) -> AcceptResult:
+        """SGLang's block-wise rejection (torch reference), keyed by `seed`; probabilities enter as log-probabilities."""
+        bs = inputs.bs
+        ones = torch.ones(bs, dtype=torch.float32)
+        draft_logits = None if inputs.draft_probs is None else torch.log(inputs.draft_probs.float())
+        noise = self._blockwise.RejectionNoise(key=int(seed), counter=torch.zeros(1, dtype=torch.int64))
+        correct, bonus, trim = self._blockwise.blockwise_rejection_torch(
+            candidates=inputs.candidates, target_logits=torch.log(inputs.target_probs.float()), draft_logits=draft_logits,
+            target_temperatures=ones, draft_temperatures=ones, noise=noise, cutoff_verify_lens=inputs.verify_lens)
+        return AcceptResult(correct, bonus, trim)

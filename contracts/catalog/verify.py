@@ -16,7 +16,14 @@ from contracts.boundary.verify import VerifyCase, VerifyInputs
 from contracts.checks import expect, expect_equal
 from contracts.protocol import VERIFY, VERIFY_INJECTED_NOISE
 from contracts.registry import contract
-from contracts.scenarios.verify import derived_block_law, first_draft_enumeration, first_token_law, markov_enumeration, verify_step
+from contracts.scenarios.verify import (
+    derived_block_law,
+    first_draft_enumeration,
+    first_token_law,
+    markov_enumeration,
+    require_supported,
+    verify_step,
+)
 from contracts.strategies.verify import TIE_CASE, build, build_dyadic, build_markov, dyadic_cases, markov_cases, verify_cases
 from dspark.verify import oracle  # float64 laws of the target alone (no engine code)
 
@@ -98,6 +105,7 @@ def emitted_tokens(engine, case):
           requires={VERIFY}, cases=ALL, examples=(TIE_CASE,))
 def greedy_decision(engine, case):
     inputs = build(case)
+    require_supported(engine, inputs)
     r = engine.greedy_accept(inputs)
     pred = _lowest_argmax(inputs.target_logits)  # [bs, gamma+1]
     raw = _leading(_i64(inputs.drafts) == pred[:, :-1])
@@ -154,6 +162,7 @@ def greedy_is_plain_greedy_decoding(engine, case):
           requires=INJECTED, cases=dyadic_cases)
 def accept_rule_exact(engine, case):
     inputs = build_dyadic(case)
+    require_supported(engine, inputs)
     r = engine.sampling_accept(inputs)
     d = _i64(inputs.drafts)[:, :, None]
     p = inputs.target_probs[:, :-1].gather(2, d)[:, :, 0].to(torch.float64)
@@ -174,6 +183,7 @@ def accept_rule_exact(engine, case):
           max_examples=50, requires=INJECTED, cases=lambda: verify_cases(mixed=True), examples=(TIE_CASE,))
 def mixed_selects_per_row(engine, case):
     inputs = build(case)
+    require_supported(engine, inputs)
     mixed, greedy, sampled = engine.mixed_accept(inputs), engine.greedy_accept(inputs), engine.sampling_accept(inputs)
     m = inputs.greedy_mask
     for field in ("correct_len", "bonus", "cap_trim"):

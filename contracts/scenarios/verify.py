@@ -32,10 +32,12 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Optional
 
+import hypothesis
 import torch
 
 from contracts.boundary.verify import VerifyInputs, VerifyResult
 from contracts.checks import expect
+from contracts.protocol import VERIFY_EMPTY_BATCH
 
 SEARCH_POINTS = 15  # probes per row per engine call: 4 bits per call
 COIN_BITS = 36
@@ -45,8 +47,16 @@ FLOOR_NOISE = 2.0 ** -200
 MAX_COIN = 1.0 - 2.0 ** -53  # the largest float64 coin below 1
 
 
+def require_supported(engine, inputs: VerifyInputs) -> None:
+    """An empty batch (a DP-idle rank) goes only to engines that declare `verify.empty-batch`;
+    for the others such an example is discarded, not failed."""
+    if inputs.bs == 0 and VERIFY_EMPTY_BATCH not in engine.capabilities:
+        hypothesis.reject()
+
+
 def verify_step(engine, inputs: VerifyInputs, mode: str, seed: int = 0) -> VerifyResult:
     """accept (greedy | sampling | mixed | block = engine's own randomness) then finalize."""
+    require_supported(engine, inputs)
     if mode == "greedy":
         accept = engine.greedy_accept(inputs)
     elif mode == "sampling":

@@ -14,4 +14,5 @@ class ReferenceAdapter(ReferenceHandoff, ReferenceDpMetadata, ReferenceRanks, Re
     name = "reference"
     version = dspark.__version__
     device = "cpu"
-    capabilities = frozenset({protocol.HANDOFF, protocol.DP_METADATA, protocol.RANKS, protocol.VERIFY, protocol.VERIFY_INJECTED_NOISE})
+    capabilities = frozenset({protocol.HANDOFF, protocol.DP_METADATA, protocol.RANKS, protocol.VERIFY, protocol.VERIFY_INJECTED_NOISE,
+                              protocol.VERIFY_EMPTY_BATCH})

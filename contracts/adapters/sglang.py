@@ -91,17 +91,7 @@ class SGLangAdapter:
             self._mixin.ScheduleBatchDisaggregationDecodeMixin.process_prebuilt(batch, future_map)
 
     def draft_input_view(self, batch):
-        di = batch.spec_info
-        if di is None:
-            return None
-        return DraftInputView(
-            is_draft_input=bool(di.is_draft_input()),
-            bonus_tokens=di.bonus_tokens.clone(),
-            new_seq_lens=di.new_seq_lens.clone(),
-            future_indices=None if di.future_indices is None else di.future_indices.clone(),
-            future_indices_is_req_pool_indices=di.future_indices is batch.req_pool_indices,
-            future_dsa_topk_indices_available=bool(di.future_dsa_topk_indices_available),
-        )
+        return None if batch.spec_info is None else DraftInputView.of(batch.spec_info, batch.req_pool_indices)
 
     def relay_snapshot(self, future_map) -> dict:
         return {"output_tokens_buf": future_map.output_tokens_buf.clone(), "new_seq_lens_buf": future_map.new_seq_lens_buf.clone()}

@@ -35,6 +35,19 @@ class DraftInputView:
     future_indices_is_req_pool_indices: bool  # the same tensor object, as SGLang seeds it
     future_dsa_topk_indices_available: bool
 
+    @classmethod
+    def of(cls, draft_input, req_pool_indices) -> "DraftInputView":
+        """Copy the fields of a DFlashDraftInputV2-shaped object (the reference's and SGLang's share them)."""
+        fi = draft_input.future_indices
+        return cls(
+            is_draft_input=bool(draft_input.is_draft_input()),
+            bonus_tokens=draft_input.bonus_tokens.clone(),
+            new_seq_lens=draft_input.new_seq_lens.clone(),
+            future_indices=None if fi is None else fi.clone(),
+            future_indices_is_req_pool_indices=fi is req_pool_indices,
+            future_dsa_topk_indices_available=bool(draft_input.future_dsa_topk_indices_available),
+        )
+
 
 @dataclass
 class RelayEvent:

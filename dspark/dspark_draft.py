@@ -36,6 +36,20 @@ def make_draft_block_spec_info(draft_token_num: int) -> DraftBlockSpecInfo:
     return DraftBlockSpecInfo(draft_token_num=draft_token_num)
 
 
+@dataclass
+class DraftProposal:
+    """One draft block per request.
+
+    draft_tokens [bs, gamma] int64: d_1..d_gamma.
+    step_logits  [bs, gamma, V] float64: the logits each draft was drawn from (q = softmax(step_logits / T)).
+    confidence   [bs, gamma] float64 in [0, 1]: c_k from the hidden row and the token before d_{k+1} only.
+    """
+
+    draft_tokens: torch.Tensor
+    step_logits: torch.Tensor
+    confidence: torch.Tensor
+
+
 class DraftBlockProposer:
     def __init__(
         self,
@@ -65,6 +79,25 @@ class DraftBlockProposer:
     @property
     def query_token_num(self) -> int:
         return self.gamma if self.sample_from_anchor else self.gamma + 1
+
+    def propose(self, drafter, ctx_tokens, ctx_hiddens, anchors: torch.Tensor, temperatures: torch.Tensor,
+                gumbel: torch.Tensor) -> DraftProposal:
+        """Draft one block per request over `[anchor, MASK...]` (Q query rows), drawing from the explicit noise.
+
+        ctx_tokens / ctx_hiddens: per request, the committed tokens and the draft
+        context (one target hidden per committed position); anchors [bs] int64;
+        temperatures [bs] (0 = argmax); gumbel [bs, gamma, V] Gumbel noise.
+        """
+        _validate.int_tensor("anchors", anchors)
+        bs, gamma = int(anchors.shape[0]), self.gamma
+        if gumbel.shape[:2] != (bs, gamma):
+            raise ValueError(f"gumbel: expected shape [{bs}, {gamma}, V], got {list(gumbel.shape)}")
+        tokens, logits, conf = drafter.draft_block(ctx_tokens, ctx_hiddens, anchors.to(torch.int64), gamma,
+                                                   temperatures, gumbel, self.query_token_num)
+        if tokens.shape != (bs, gamma) or conf.shape != (bs, gamma) or logits.shape[:2] != (bs, gamma):
+            raise ValueError(f"drafter: expected [{bs}, {gamma}] drafts and confidences, got {list(tokens.shape)}, "
+                             f"{list(conf.shape)}")
+        return DraftProposal(tokens.to(torch.int64), logits, conf)
 
     def build_draft_forward_batch(self, batch) -> ForwardBatch:
         """The draft forward over `[anchor, MASK...]` per request, DP metadata filled."""

@@ -1,0 +1,118 @@
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Optional
+
+import torch
+
+from contracts.boundary.engine import CompactView, EngineSpec, RequestView, SpsSpec, StepView
+from dspark import engine as dspark_engine
+from dspark import planner, toy_models
+
+
+def _table(sps: Optional[SpsSpec]):
+    if sps is None:
+        return None
+    if sps.kind == "additive":
+        return planner.SpsAdditiveCostTable(sps.bias_seconds, sps.alpha_points, sps.theta_points)
+    return planner.SpsCostTable(sps.probes, sps.values)
+
+
+@lru_cache(maxsize=64)
+def _models(vocab_size: int, model_seed: int, drafter: str):
+    """The toy target and drafter of a spec; both are immutable, so engines share them."""
+    target = toy_models.ToyTarget(vocab_size, seed=model_seed)
+    return target, toy_models.make_drafter(drafter, target, seed=model_seed + 1)
+
+
+@dataclass
+class _Handle:
+    decode: object  # DSparkEngine
+    prefill: object  # the PD prefill-side engine (same models, same seed)
+    added: list = field(default_factory=list)
+
+
+class ReferencePlanner:
+    def survival(self, confidence):
+        return planner.survival(confidence)
+
+    def new_sps_table(self, sps):
+        return _table(sps)
+
+    def sps_lookup(self, sps, tokens):
+        return _table(sps).lookup(tokens)
+
+    def verify_token_budget(self, survival, sps, force_budget_frac, eps):
+        return planner.compute_verify_token_budget(survival, _table(sps), eps=eps, force_budget_frac=force_budget_frac)
+
+    def schedule_verify_lens(self, survival, budget, min_verify_len, eps):
+        lens, selected = planner.schedule_verify_lens(survival, budget, min_verify_len=min_verify_len, eps=eps,
+                                                      return_selected=True)
+        return lens.tolist(), selected
+
+    def compact_layout(self, verify_lens, width, pad_to, candidates, fill):
+        layout = planner.RaggedVerifyLayout.from_lens(torch.tensor(verify_lens, dtype=torch.int64), width, pad_to)
+        packed = layout.pack(candidates)
+        return CompactView(layout.qo_indptr.tolist(), layout.req_id.tolist(), layout.within.tolist(),
+                           layout.valid.tolist(), packed, layout.scatter(packed, fill))
+
+    def pad_verify_lens_to_bucket(self, verify_lens, graph_num_tokens, padded_bs):
+        lens = torch.tensor(verify_lens, dtype=torch.int64)
+        return planner.pad_verify_lens_to_bucket(lens, graph_num_tokens, padded_bs).tolist()
+
+
+class ReferenceEngine:
+    def new_engine(self, spec: EngineSpec):
+        target, drafter = _models(spec.vocab_size, spec.model_seed, spec.drafter)
+
+        def build():
+            cfg = dspark_engine.DSparkConfig(
+                gamma=spec.gamma, verify_mode=spec.verify_mode, min_verify_len=spec.min_verify_len,
+                force_budget_frac=spec.force_budget_frac, sps_table=_table(spec.sps), enable_overlap=spec.enable_overlap,
+                sample_from_anchor=spec.sample_from_anchor, seed=spec.seed, capture_bs=spec.capture_bs,
+                pool_size=spec.pool_size, max_context_len=spec.max_context_len)
+            return dspark_engine.DSparkEngine(target, drafter, cfg)
+
+        return _Handle(build(), build())
+
+    def add_requests(self, handle, requests, via):
+        reqs = [dspark_engine.Request(r.rid, tuple(r.prompt), dspark_engine.SamplingParams(
+            r.temperature, r.top_k, r.max_new_tokens, r.eos_id)) for r in requests]
+        if via == "pd":
+            handle.decode.accept_handoff(handle.prefill.prefill_for_handoff(reqs))
+        elif via == "local":
+            handle.decode.prefill(reqs)
+        else:
+            raise ValueError(f"via: expected 'local' or 'pd', got {via!r}")
+        handle.added.extend(r.rid for r in reqs)
+
+    def step(self, handle):
+        r = handle.decode.step()
+        return StepView(r.rids, r.seq_lens, r.verify_lens, r.planned, r.budget, r.correct_lens, r.cap_trim, r.commit_lens,
+                        r.new_seq_lens, r.emitted, r.finished)
+
+    def abort(self, handle, rid):
+        handle.decode.abort(rid)
+
+    def set_overlap(self, handle, on):
+        handle.decode.set_overlap(on)
+
+    def request_views(self, handle):
+        eng = handle.decode
+        di = None if eng.batch is None else eng.batch.spec_info
+        views = {}
+        for i, st in enumerate(eng.rows):
+            if eng.enable_overlap:  # what the next step will resolve: the relay rows, read without consuming
+                seq_len = int(eng.future_map.new_seq_lens_buf[st.pool_row])
+                bonus = int(eng.future_map.output_tokens_buf[st.pool_row])
+            else:
+                seq_len, bonus = int(di.new_seq_lens[i]), int(di.bonus_tokens[i])
+            views[st.rid] = RequestView(st.rid, tuple(st.prompt), list(st.output), True, None, seq_len, bonus,
+                                        list(st.cache_tokens), int(st.draft_ctx.shape[0]))
+        for rid, st in eng.done.items():
+            views[rid] = RequestView(rid, tuple(st.prompt), list(st.output), False, st.finish_reason)
+        return [views[rid] for rid in handle.added if rid in views]
+
+    def target_next_logits(self, handle, sequence):
+        return handle.decode.target.next_logits(list(sequence))

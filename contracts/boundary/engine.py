@@ -1,0 +1,161 @@
+"""Planner and step levels: verify-length planning, and a running decode engine.
+
+Planner level: pure functions of survival / confidence (budget, verify lengths,
+the compact layout). Step level: an engine handle the contracts drive request
+by request and step by step, observed through plain views.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Protocol, Tuple
+
+import torch
+
+# ---- planner level ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SpsSpec:
+    """A steps-per-second cost table: `steps` (floor lookup over probes) or `additive`."""
+
+    kind: str  # "steps" | "additive"
+    probes: Tuple[int, ...] = ()  # steps: batch-token probes
+    values: Tuple[float, ...] = ()  # steps: steps/s at each probe
+    bias_seconds: float = 1e-3  # additive: step_time = bias + alpha(bs) + theta(tokens)
+    alpha_points: Tuple[Tuple[float, float], ...] = ()
+    theta_points: Tuple[Tuple[float, float], ...] = ()
+
+
+FLAT_SPS = SpsSpec("steps", (1,), (1.0,))
+
+
+@dataclass(frozen=True)
+class ScheduleCase:
+    confidence: Tuple[Tuple[float, ...], ...]  # [bs][gamma] in [0, 1]
+    budget: int
+    min_verify_len: int = 1
+    eps: float = 1e-6
+
+    @property
+    def gamma(self) -> int:
+        return len(self.confidence[0]) if self.confidence else 1
+
+
+@dataclass(frozen=True)
+class BudgetCase:
+    survival: Tuple[Tuple[float, ...], ...]  # lagged survival [bs][gamma], non-increasing rows
+    sps: Optional[SpsSpec]  # None = the uninitialised (flat) table
+    force_budget_frac: Optional[float] = None
+    eps: float = 1e-6
+
+
+@dataclass(frozen=True)
+class LayoutCase:
+    verify_lens: Tuple[int, ...]
+    gamma: int
+    pad_extra: int = 0  # padding rows past sum(L)
+    padded_bs: int = 0  # pad_verify_lens_to_bucket: pad rows beyond bs
+
+
+@dataclass
+class CompactView:
+    qo_indptr: list
+    req_id: list
+    within: list
+    valid: list
+    packed: torch.Tensor  # packed candidate ids
+    scattered: torch.Tensor  # packed rows scattered back to [bs, T] with the fill
+
+
+class PlannerLevel(Protocol):
+    def survival(self, confidence: torch.Tensor) -> torch.Tensor: ...
+    def new_sps_table(self, sps: SpsSpec) -> Any: ...  # raises ValueError on an invalid table
+    def sps_lookup(self, sps: SpsSpec, tokens: int) -> float: ...  # steps-kind tables
+    def verify_token_budget(self, survival: torch.Tensor, sps: Optional[SpsSpec], force_budget_frac, eps: float) -> int: ...
+    def schedule_verify_lens(self, survival: torch.Tensor, budget: int, min_verify_len: int,
+                             eps: float) -> Tuple[list, torch.Tensor]: ...  # (L per request, selected cells [bs, gamma] bool)
+    def compact_layout(self, verify_lens, width: int, pad_to: Optional[int], candidates: torch.Tensor,
+                       fill: float) -> CompactView: ...
+    def pad_verify_lens_to_bucket(self, verify_lens, graph_num_tokens: int, padded_bs: int) -> list: ...
+
+
+# ---- step level -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    vocab_size: int = 8
+    gamma: int = 3
+    drafter: str = "vanilla"  # vanilla | gated | rnn | oracle | random
+    verify_mode: str = "static"  # static | cap-accept | compact
+    force_budget_frac: Optional[float] = None
+    sps: Optional[SpsSpec] = None
+    min_verify_len: int = 1
+    enable_overlap: bool = False
+    sample_from_anchor: bool = True
+    seed: int = 0
+    model_seed: int = 0
+    capture_bs: Optional[Tuple[int, ...]] = None
+    pool_size: int = 16
+    max_context_len: int = 128
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    rid: int
+    prompt: Tuple[int, ...]
+    temperature: float = 0.0
+    max_new_tokens: int = 8
+    eos_id: Optional[int] = None
+    top_k: int = 0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0 or self.top_k == 1
+
+
+@dataclass
+class StepView:
+    rids: list
+    seq_lens: list  # committed lengths the step started from
+    verify_lens: list
+    planned: list  # False: verify-all (static mode, or a request's first decode)
+    budget: Optional[int]
+    correct_lens: list
+    cap_trim: list
+    commit_lens: list
+    new_seq_lens: list
+    emitted: list  # tokens each request got (after EOS / max_new_tokens)
+    finished: list  # rids that left the batch
+
+
+@dataclass
+class RequestView:
+    rid: int
+    prompt: tuple
+    output: list  # every emitted token, the first sampled one included
+    live: bool
+    finish_reason: Optional[str]
+    seq_len: Optional[int] = None  # the committed length the next step will read (live only)
+    bonus: Optional[int] = None  # the pending anchor the next step will read (live only)
+    cache_tokens: Optional[list] = None  # the target cache (live only)
+    draft_ctx_len: Optional[int] = None
+
+
+class StepLevel(Protocol):
+    def new_engine(self, spec: EngineSpec) -> Any: ...  # raises ValueError naming the field on a bad spec
+    def add_requests(self, handle, requests, via: str) -> None: ...  # via "local" (prefill here) or "pd" (handoff)
+    def step(self, handle) -> StepView: ...
+    def abort(self, handle, rid: int) -> None: ...
+    def set_overlap(self, handle, on: bool) -> None: ...
+    def request_views(self, handle) -> list: ...  # every request ever added, live or done
+    def target_next_logits(self, handle, sequence) -> torch.Tensor: ...  # the engine's target model, one call
+
+
+@dataclass(frozen=True)
+class LoopCase:
+    """An engine configuration and the requests it serves (for whole-run contracts)."""
+
+    spec: EngineSpec
+    requests: Tuple[RequestSpec, ...]

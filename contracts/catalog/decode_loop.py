@@ -1,0 +1,136 @@
+"""Decode-loop contracts: the whole engine, step after step (design notes section 7, invariants 1-5, 11, 14).
+
+LOOP-001..004 run the stateful machine in `contracts.machine` (requests join by
+local prefill or PD handoff, steps, aborts, overlap toggles); a failure prints
+the shrunk step program that replays it. LOOP-005 runs whole generations
+twice. DIST-001 is statistical: spec-decoded n-grams against the exact target
+law.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from contracts.boundary.engine import EngineSpec, LoopCase, RequestSpec
+from contracts.checks import expect, expect_equal
+from contracts.machine import run_decode_loop, single_thread
+from contracts.protocol import STEP
+from contracts.registry import contract
+from contracts.stats import chi_square_gof
+from contracts.strategies.engine import loop_cases
+
+MACHINE_EXAMPLES, MACHINE_STEPS = 40, 10
+MAX_STEPS = 200  # a whole generation never needs more (max_new_tokens <= 10 per request)
+
+
+@contract("LOOP-001", "greedy rows emit exactly the target's plain greedy decoding, token for token, whatever the drafter, "
+          "gamma, verify mode, budget, overlap, PD handoff or batch mix", requires={STEP})
+def greedy_equivalence(engine):
+    run_decode_loop(engine, ("greedy",), max_examples=MACHINE_EXAMPLES, steps=MACHINE_STEPS)
+
+
+@contract("LOOP-002", "bookkeeping: new_seq_len = seq_len + commit_len; the target cache is the committed sequence without "
+          "the pending anchor; draft context length == seq_len; every emitted token lands once, across PD handoff and relay",
+          requires={STEP})
+def bookkeeping(engine):
+    run_decode_loop(engine, ("bookkeeping",), max_examples=MACHINE_EXAMPLES, steps=MACHINE_STEPS)
+
+
+@contract("LOOP-003", "per step: 1 <= L <= gamma+1, commit_len = correct_len+1 <= L, sum(L - max(min,1)) <= budget "
+          "<= planned*gamma (floor(f*planned*gamma) when forced); static and first decodes verify all", requires={STEP})
+def step_planner(engine):
+    run_decode_loop(engine, ("planner",), max_examples=MACHINE_EXAMPLES, steps=MACHINE_STEPS)
+
+
+@contract("LOOP-004", "every step emits at least one token per live request, so a request ends within max_new_tokens steps",
+          requires={STEP})
+def progress(engine):
+    run_decode_loop(engine, ("progress",), max_examples=MACHINE_EXAMPLES, steps=MACHINE_STEPS)
+
+
+def _drain(engine, handle) -> None:
+    live = {v.rid for v in engine.request_views(handle) if v.live}
+    for _ in range(MAX_STEPS):
+        if not live:
+            return
+        live -= set(engine.step(handle).finished)
+    expect(False, "generation", f"done within {MAX_STEPS} steps", f"requests {sorted(live)} still running")
+
+
+def _outputs(engine, spec: EngineSpec, requests, via: str) -> dict:
+    handle = engine.new_engine(spec)
+    engine.add_requests(handle, list(requests), via)
+    _drain(engine, handle)
+    return {v.rid: v.output for v in engine.request_views(handle)}
+
+
+@contract("LOOP-005", "in static mode a request's tokens depend only on (seed, request id, prompt, params): not on its batch "
+          "row, its companions, overlap scheduling, or PD handoff vs local prefill",
+          requires={STEP}, cases=lambda: loop_cases(verify_mode="static"), max_examples=20)
+def batch_invariance(engine, case: LoopCase):
+    with single_thread():
+        alone = {}
+        for r in case.requests:
+            alone.update(_outputs(engine, case.spec, [r], "local"))
+        companion = RequestSpec(1000, (0,), 1.0, 6)
+        flipped = replace(case.spec, enable_overlap=not case.spec.enable_overlap)
+        together = _outputs(engine, flipped, [companion] + list(reversed(case.requests)), "pd")
+    for r in case.requests:
+        expect_equal(f"request {r.rid} tokens (batched, reversed, overlap={flipped.enable_overlap}, PD) vs alone",
+                     alone[r.rid], together[r.rid])
+
+
+# ---- distribution ------------------------------------------------------------------
+
+DIST_VOCAB, DIST_GAMMA, DIST_N = 4, 3, 1000
+DIST_TOKENS, DIST_WINDOW = 6, slice(2, 6)  # generate 6 tokens; test tokens 3..6, which come from planned (non-first) steps
+DIST_PROMPT = (1, 2)
+DIST_ALPHA = 1e-4  # per configuration; 7 configurations -> family-wise false alarm <= 7e-4 under exact sampling
+# (verify mode, forced budget fraction, drafter). The toy drafter exercises rejections and the residual; the
+# oracle drafter (q = p, every draft passes) makes the cap bind, where an unpredictable cap shows most.
+DIST_CONFIGS = (("static", None, "vanilla"), ("cap-accept", 0.25, "oracle"), ("cap-accept", 0.5, "vanilla"),
+                ("cap-accept", 1.0, "oracle"), ("compact", 0.25, "vanilla"), ("compact", 0.5, "oracle"),
+                ("compact", 1.0, "vanilla"))
+
+
+def exact_window_law(engine, handle, prompt, length: int, window: slice, temperature: float) -> dict:
+    """Law of `tokens[window]` among the first `length` tokens sampled from the engine's target alone."""
+    law = {(): 1.0}
+    for _ in range(length):
+        nxt = {}
+        for seq, mass in law.items():
+            probs = torch.softmax(engine.target_next_logits(handle, list(prompt) + list(seq)).to(torch.float64) / temperature, -1)
+            for tok, p in enumerate(probs.tolist()):
+                nxt[seq + (tok,)] = mass * p
+        law = nxt
+    marginal = {}
+    for seq, mass in law.items():
+        marginal[seq[window]] = marginal.get(seq[window], 0.0) + mass
+    return marginal
+
+
+@contract("DIST-001", f"sampled rows follow the target's sequence law: chi-square of tokens 3..6 vs the exact law, p >= "
+          f"{DIST_ALPHA} for static and cap-accept/compact at forced budget fractions 0.25, 0.5, 1 (fixed seeds)",
+          requires={STEP}, marks=("stat",))
+def sequence_law(engine):
+    failures = []
+    with single_thread():
+        for seed, (mode, frac, drafter) in enumerate(DIST_CONFIGS):
+            spec = EngineSpec(vocab_size=DIST_VOCAB, gamma=DIST_GAMMA, drafter=drafter, verify_mode=mode, force_budget_frac=frac,
+                              seed=100 + seed, model_seed=5, pool_size=DIST_N, max_context_len=32)
+            handle = engine.new_engine(spec)
+            reqs = [RequestSpec(i, DIST_PROMPT, 1.0, DIST_TOKENS) for i in range(DIST_N)]
+            engine.add_requests(handle, reqs, "local")
+            _drain(engine, handle)
+            counts = {}
+            for v in engine.request_views(handle):
+                key = tuple(v.output[DIST_WINDOW])
+                counts[key] = counts.get(key, 0) + 1
+            law = exact_window_law(engine, handle, DIST_PROMPT, DIST_TOKENS, DIST_WINDOW, 1.0)
+            cells = sorted(law)
+            result = chi_square_gof([counts.get(c, 0) for c in cells], [law[c] for c in cells])
+            if result.impossible or result.p_value < DIST_ALPHA:
+                failures.append(f"{mode} frac={frac} {drafter}: {result.describe()}")
+    expect(not failures, "chi-square goodness of fit", f"p >= {DIST_ALPHA} in every configuration", "; ".join(failures))

@@ -1,0 +1,264 @@
+"""The stateful decode-loop contract machine.
+
+A Hypothesis `RuleBasedStateMachine` that drives any adapter declaring the
+`step` capability: rules add requests (local prefill or PD handoff), step,
+abort a request and toggle overlap scheduling; after every rule the checked
+invariant families hold. A failure is shrunk and reported with its replayable
+step program (`state = DecodeLoop()`, the drawn engine spec and requests,
+`state.start(...)`, `state.add_requests(...)`, `state.step(n=2)`, ...) in the
+violation's observed value, plus Hypothesis' `@reproduce_failure` line.
+
+Families (a contract picks the ones it states):
+  greedy       greedy rows emit exactly the target's plain greedy decoding, token for token
+  bookkeeping  new_seq_len = seq_len + commit_len; the target cache holds the committed
+               sequence without the pending anchor; draft context length == seq_len; every
+               emitted token reaches the output exactly once, across the PD handoff and the relay
+  planner      1 <= L <= gamma+1, commit_len = correct_len + 1 <= L, sum(L - max(min,1)) <= budget
+               <= planned*gamma, forced fraction, static verifies all, a first decode verifies all
+  progress     every step emits >= 1 token per live request; a request ends within max_new_tokens
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+
+import torch
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
+
+from contracts.boundary.engine import RequestSpec
+from contracts.checks import expect, expect_equal
+from contracts.strategies.engine import MACHINE_SPECS, request_shapes
+from contracts.violation import Mismatch
+
+FAMILIES = ("greedy", "bookkeeping", "planner", "progress")
+DEFAULT_SPECS = st.sampled_from(MACHINE_SPECS)  # one choice per example keeps shrinking cheap
+MAX_LIVE = 4
+
+
+@contextmanager
+def single_thread():
+    """Small tensors run faster (and steadier) on one intra-op thread; restored afterwards."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
+def greedy_reference(engine, handle, req) -> list:
+    """Plain greedy decoding of the engine's own target, one target call per token."""
+    seq, out = list(req.prompt), []
+    while len(out) < req.max_new_tokens:
+        tok = int(torch.argmax(engine.target_next_logits(handle, seq)))
+        out.append(tok)
+        seq.append(tok)
+        if req.eos_id is not None and tok == req.eos_id:
+            break
+    return out
+
+
+class DecodeLoopMachine(RuleBasedStateMachine):
+    engine = None  # the adapter under test, set by `machine_for`
+    families = frozenset(FAMILIES)
+    specs = None  # strategy of EngineSpec
+
+    def __init__(self):
+        super().__init__()
+        self.h, self.spec, self.overlap = None, None, False
+        self.next_rid = 0
+        self.reqs = {}  # rid -> RequestSpec
+        self.refs = {}  # rid -> greedy reference
+        self.decoded = {}  # rid -> decode steps taken
+        self.live = []  # rids in the running batch, per the engine's own views and step reports
+
+    # ---- rules -------------------------------------------------------------------
+
+    @initialize(data=st.data(), via=st.sampled_from(["local", "pd"]), n=st.integers(1, 3))
+    def start(self, data, via, n):
+        """A fresh engine with a first batch of requests (so every program starts with live work)."""
+        self.spec = data.draw(self.specs if self.specs is not None else DEFAULT_SPECS, label="spec")
+        self.h = self.engine.new_engine(self.spec)
+        self.overlap = self.spec.enable_overlap
+        self._admit(data, via, n)
+
+    def _views(self) -> dict:
+        return {v.rid: v for v in self.engine.request_views(self.h)}
+
+    @precondition(lambda self: self.h is not None and len(self.live) < MAX_LIVE)
+    @rule(data=st.data(), via=st.sampled_from(["local", "pd"]), n=st.integers(1, 2))
+    def add_requests(self, data, via, n):
+        self._admit(data, via, n)
+
+    def _admit(self, data, via, n):
+        shapes = request_shapes(self.spec.vocab_size)
+        reqs = [RequestSpec(self.next_rid + i, *data.draw(shapes, label=f"request {self.next_rid + i}")) for i in range(n)]
+        self.next_rid += n
+        self.engine.add_requests(self.h, reqs, via)
+        views = self._views()
+        self.live = sorted(rid for rid, v in views.items() if v.live)
+        for r in reqs:
+            self.reqs[r.rid], self.decoded[r.rid] = r, 0
+            v = views[r.rid]
+            if "bookkeeping" in self.families:  # nothing lost or duplicated across the handoff / prefill
+                expect_equal(f"request {r.rid} output after {via} admission", 1, len(v.output))
+                if v.live:
+                    expect_equal(f"request {r.rid} seq_len after {via} admission", len(r.prompt), v.seq_len)
+                    expect_equal(f"request {r.rid} pending anchor after {via} admission", v.output[0], v.bonus)
+
+    @precondition(lambda self: self.h is not None and bool(self.live))
+    @rule(n=st.integers(1, 3))
+    def step(self, n):
+        """Up to n decode steps in a row (fewer when the batch empties)."""
+        for _ in range(n):
+            if self.live:
+                self._one_step()
+
+    def _one_step(self):
+        before = {rid: v for rid, v in self._views().items() if v.live}
+        view = self.engine.step(self.h)
+        after = self._views()
+        if "bookkeeping" in self.families:
+            self._check_bookkeeping(before, view, after)
+        if "planner" in self.families:
+            self._check_planner(view)
+        for rid in view.rids:
+            self.decoded[rid] += 1
+        self.live = sorted(rid for rid, v in after.items() if v.live)
+        if "progress" in self.families:
+            self._check_progress(view, after)
+
+    @precondition(lambda self: self.h is not None and bool(self.live))
+    @rule(data=st.data())
+    def abort(self, data):
+        rid = self.live[data.draw(st.integers(0, len(self.live) - 1), label="live index")]
+        self.engine.abort(self.h, rid)
+        self.live.remove(rid)
+
+    @precondition(lambda self: self.h is not None)
+    @rule()
+    def toggle_overlap(self):
+        self.overlap = not self.overlap
+        self.engine.set_overlap(self.h, self.overlap)
+
+    # ---- per-step checks --------------------------------------------------------------
+
+    def _check_bookkeeping(self, before, view, after):
+        expect_equal("step rids (each live request exactly once)", sorted(before), sorted(view.rids))
+        for i, rid in enumerate(view.rids):
+            b, a = before[rid], after[rid]
+            expect_equal(f"request {rid} seq_len the step resolved", b.seq_len, view.seq_lens[i])
+            expect_equal(f"request {rid} new_seq_len", view.seq_lens[i] + view.commit_lens[i], view.new_seq_lens[i])
+            n = len(view.emitted[i])
+            if rid in view.finished:
+                expect(1 <= n <= view.commit_lens[i], f"request {rid} emitted at finish", f"1..{view.commit_lens[i]}", n)
+            else:
+                expect_equal(f"request {rid} tokens emitted (= commit_len)", view.commit_lens[i], n)
+                expect_equal(f"request {rid} next seq_len", view.new_seq_lens[i], a.seq_len)
+            expect_equal(f"request {rid} output", b.output + list(view.emitted[i]), a.output)
+
+    def _check_planner(self, view):
+        g = self.spec.gamma
+        floor = max(self.spec.min_verify_len, 1)
+        planned_rows = []
+        for i, rid in enumerate(view.rids):
+            L, n, c, trim = view.verify_lens[i], view.correct_lens[i], view.commit_lens[i], view.cap_trim[i]
+            expect(1 <= L <= g + 1, f"request {rid} verify_len", f"in [1, {g + 1}]", L)
+            expect(0 <= n <= L - 1, f"request {rid} correct_len", f"in [0, L-1={L - 1}]", n)
+            expect_equal(f"request {rid} commit_len", n + 1, c)
+            expect(trim >= 0 and n + trim <= g, f"request {rid} cap_trim", f"in [0, gamma - correct_len = {g - n}]", trim)
+            first = self.decoded[rid] == 0
+            if self.spec.verify_mode == "static":
+                expect_equal(f"request {rid} verify_len (static)", g + 1, L)
+                expect_equal(f"request {rid} cap_trim (static)", 0, trim)
+            elif first:
+                expect(not view.planned[i] and L == g + 1, f"request {rid} first decode", f"verify all ({g + 1})",
+                       f"L={L}, planned={view.planned[i]}")
+            else:
+                expect(view.planned[i], f"request {rid} planned", True, view.planned[i])
+                expect(L >= floor, f"request {rid} verify_len", f">= {floor}", L)
+                planned_rows.append(i)
+        if planned_rows:
+            spent = sum(view.verify_lens[i] - floor for i in planned_rows)
+            budget = view.budget
+            expect(budget is not None and spent <= budget <= len(planned_rows) * g, "budget",
+                   f"sum(L - {floor}) = {spent} <= budget <= {len(planned_rows) * g}", budget)
+            if self.spec.force_budget_frac is not None:
+                expect_equal("budget (forced fraction)", math.floor(self.spec.force_budget_frac * len(planned_rows) * g), budget)
+
+    def _check_progress(self, view, after):
+        for i, rid in enumerate(view.rids):
+            expect(len(view.emitted[i]) >= 1, f"request {rid} tokens emitted this step", ">= 1", view.emitted[i])
+            if after[rid].live:
+                limit = self.reqs[rid].max_new_tokens - 1  # the prefill emitted one token, each step at least one more
+                expect(self.decoded[rid] < limit, f"request {rid} decode steps while live", f"< max_new_tokens - 1 = {limit}",
+                       self.decoded[rid])
+
+    # ---- invariants after every rule ------------------------------------------------
+
+    @invariant()
+    def requests_agree(self):
+        if self.h is None:
+            return
+        for rid, v in self._views().items():
+            r = self.reqs[rid]
+            if "greedy" in self.families and r.greedy:
+                if rid not in self.refs:
+                    self.refs[rid] = greedy_reference(self.engine, self.h, r)
+                ref = self.refs[rid]
+                expect_equal(f"greedy request {rid} output (plain greedy decoding: {ref})", ref[: len(v.output)], v.output)
+                if not v.live and v.finish_reason != "abort":
+                    expect_equal(f"greedy request {rid} finished output", ref, v.output)
+            if "bookkeeping" in self.families:
+                self._check_request(r, v)
+
+    def _check_request(self, r, v):
+        expect(1 <= len(v.output) <= r.max_new_tokens, f"request {r.rid} output length", f"1..{r.max_new_tokens}", len(v.output))
+        if r.eos_id is not None and r.eos_id in v.output[:-1]:
+            expect(False, f"request {r.rid} output", "nothing after EOS", v.output)
+        if v.live:
+            full = list(r.prompt) + v.output
+            expect_equal(f"request {r.rid} seq_len (prompt + output - pending anchor)", len(full) - 1, v.seq_len)
+            expect_equal(f"request {r.rid} target cache (committed, anchor excluded)", full[:-1], v.cache_tokens)
+            expect_equal(f"request {r.rid} pending anchor", full[-1], v.bonus)
+            expect_equal(f"request {r.rid} draft context length", v.seq_len, v.draft_ctx_len)
+        elif v.finish_reason != "abort":
+            done = len(v.output) == r.max_new_tokens or (r.eos_id is not None and v.output[-1] == r.eos_id)
+            expect(done, f"request {r.rid} finished ({v.finish_reason})", "at max_new_tokens or EOS", v.output)
+
+
+def machine_for(engine, families=FAMILIES, specs=None):
+    """A DecodeLoop machine class bound to one adapter and the checked families."""
+    return type("DecodeLoop", (DecodeLoopMachine,), {"engine": engine, "families": frozenset(families), "specs": specs})
+
+
+def run_decode_loop(engine, families=FAMILIES, *, specs=None, max_examples=25, steps=12) -> None:
+    """Run the machine as a test; raises the first violated expectation (a Mismatch) after shrinking."""
+    machine = machine_for(engine, families, specs)
+    limit = min(max_examples, settings.default.max_examples)
+    # No explain phase: its coverage-traced replays cost more than the shrinking, and the step program says enough.
+    phases = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink)
+    config = settings(max_examples=limit, stateful_step_count=steps, deadline=None, report_multiple_bugs=False, database=None,
+                      phases=phases,
+                      suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
+    try:
+        with single_thread():
+            run_state_machine_as_test(machine, settings=config)
+    except Exception as e:
+        program = step_program(e)
+        if isinstance(e, Mismatch):
+            raise Mismatch(e.what, e.expected, f"{e.observed}\n{program}") from None
+        raise Mismatch("engine call in the step program", "no exception", f"{type(e).__name__}: {e}\n{program}") from e
+
+
+def step_program(error: Exception) -> str:
+    """The shrunk, replayable step program Hypothesis attached to `error` (its notes), without the explanation."""
+    lines = []
+    for note in getattr(error, "__notes__", []):
+        if note.startswith("Explanation:") or note.startswith("    These lines") or note.startswith("        "):
+            continue
+        lines.append(note.strip("\n"))
+    return "\n".join("    " + line for text in lines for line in text.splitlines())

@@ -1,0 +1,452 @@
+"""The reference DSpark engine: prefill, decode steps, generate (SGLang `DSparkWorkerV2`).
+
+One decode step: resolve the inputs (from the FutureMap relay when overlap is
+on), reserve the verify window, draft a block, plan verify lengths (ragged
+modes), run the target verify over `[anchor, d_1..d_gamma]` (or only the
+packed `sum(L)` rows in compact mode), accept with `dspark.verify`, commit
+`commit_len = correct_len + 1` tokens to the target cache and the draft
+context, emit, and publish/stash the next inputs.
+
+Invariants it keeps: the target cache holds the committed sequence without the
+pending anchor (`len == seq_len`), the draft context has one row per committed
+position, and every step emits between 1 and `L` tokens per live request.
+Sampling randomness is keyed by (seed, request id, request-local step), so a
+request's draws never depend on its batch row or its companions. The records
+it takes and returns live in `dspark.engine_types`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence
+
+import torch
+
+from dspark import _validate, disaggregation, planner, verify
+from dspark.draft_input import DraftInput
+from dspark.dspark_draft import DraftBlockProposer
+from dspark.engine_types import PrefillHandoff, Request, RequestState, SamplingParams, StepRecord
+from dspark.graph_buckets import capture_num_tokens, pad_to_bucket
+from dspark.overlap_utils import FutureMap, RelayPayload
+from dspark.schedule_batch import Req, ReqToTokenPool, ScheduleBatch
+
+__all__ = ["DSparkConfig", "DSparkEngine", "PrefillHandoff", "Request", "RequestState", "SamplingParams", "StepRecord",
+           "VERIFY_MODES", "request_key"]
+
+F64 = torch.float64
+VERIFY_MODES = ("static", "cap-accept", "compact")
+_MASK64 = (1 << 63) - 1
+
+
+@dataclass
+class DSparkConfig:
+    gamma: int = 4
+    verify_mode: str = "static"
+    min_verify_len: int = 1
+    max_verify_len: Optional[int] = None  # default gamma + 1
+    mask_token_id: Optional[int] = None  # default vocab - 1
+    sample_from_anchor: bool = True
+    survival_eps: float = planner.SURVIVAL_EPS
+    force_budget_frac: Optional[float] = None
+    sps_table: object = None  # SpsCostTable / SpsAdditiveCostTable; None = flat (verify-all budget)
+    enable_overlap: bool = False
+    pool_size: int = 16
+    max_context_len: int = 256
+    capture_bs: Optional[tuple] = None  # compact mode pads the packed rows to a captured token bucket
+    seed: int = 0
+    verify_backend: str = "torch"
+
+
+def _check_config(cfg: DSparkConfig, vocab: int) -> DSparkConfig:
+    _validate.positive_int("gamma", cfg.gamma)
+    if cfg.verify_mode not in VERIFY_MODES:
+        raise ValueError(f"verify_mode: expected one of {VERIFY_MODES}, got {cfg.verify_mode!r}")
+    T = cfg.gamma + 1
+    max_len = T if cfg.max_verify_len is None else cfg.max_verify_len
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or not 1 <= max_len <= T:
+        raise ValueError(f"max_verify_len: must lie in [1, gamma+1={T}], got {cfg.max_verify_len!r}")
+    if isinstance(cfg.min_verify_len, bool) or not isinstance(cfg.min_verify_len, int) or cfg.min_verify_len < 0:
+        raise ValueError(f"min_verify_len: expected a non-negative int, got {cfg.min_verify_len!r}")
+    if cfg.min_verify_len > max_len:
+        raise ValueError(f"min_verify_len: {cfg.min_verify_len} exceeds max_verify_len {max_len}")
+    mask = vocab - 1 if cfg.mask_token_id is None else cfg.mask_token_id
+    if isinstance(mask, bool) or not isinstance(mask, int) or not 0 <= mask < vocab:
+        raise ValueError(f"mask_token_id: must lie in [0, vocab={vocab}), got {cfg.mask_token_id!r}")
+    planner.check_budget_frac(cfg.force_budget_frac)
+    if cfg.sps_table is not None and not isinstance(cfg.sps_table, (planner.SpsCostTable, planner.SpsAdditiveCostTable)):
+        raise ValueError(f"sps_table: expected an SpsCostTable or SpsAdditiveCostTable, got {type(cfg.sps_table).__name__}")
+    if not cfg.survival_eps >= 0:
+        raise ValueError(f"survival_eps: must be >= 0, got {cfg.survival_eps}")
+    _validate.positive_int("pool_size", cfg.pool_size)
+    _validate.positive_int("max_context_len", cfg.max_context_len)
+    if cfg.capture_bs is not None:
+        for bs in cfg.capture_bs:
+            _validate.positive_int("capture_bs[]", bs)
+    if cfg.verify_backend not in ("auto", "torch", "triton"):
+        raise ValueError(f"verify_backend: expected 'auto', 'torch' or 'triton', got {cfg.verify_backend!r}")
+    cfg.max_verify_len, cfg.mask_token_id = max_len, mask
+    return cfg
+
+
+def request_key(seed: int, rid: int, local_step: int) -> int:
+    """The generator seed of one request's draws at one of its steps (0 = prefill)."""
+    return (seed * 0x9E3779B97F4A7C15 + rid * 0xC2B2AE3D27D4EB4F + local_step * 0x165667B19E3779F9 + 1) & _MASK64
+
+
+class DSparkEngine:
+    def __init__(self, target, drafter, config: Optional[DSparkConfig] = None):
+        self.target, self.drafter = target, drafter
+        self.vocab_size = target.vocab_size
+        if getattr(drafter, "vocab_size", self.vocab_size) != self.vocab_size:
+            raise ValueError(f"drafter: vocabulary {drafter.vocab_size} != target vocabulary {self.vocab_size}")
+        self.config = _check_config(config or DSparkConfig(), self.vocab_size)
+        cfg = self.config
+        self.gamma, self.T = cfg.gamma, cfg.gamma + 1
+        self.proposer = DraftBlockProposer(cfg.gamma, mask_token_id=cfg.mask_token_id, sample_from_anchor=cfg.sample_from_anchor)
+        self.pool = ReqToTokenPool(cfg.pool_size, cfg.max_context_len)
+        self.free_rows = list(range(cfg.pool_size))
+        self.future_map = FutureMap(cfg.pool_size, poison=True)
+        self.enable_overlap = bool(cfg.enable_overlap)
+        self.batch: Optional[ScheduleBatch] = None
+        self.rows: List[RequestState] = []  # live requests in batch order
+        self.done: Dict[int, RequestState] = {}
+        self.records: List[StepRecord] = []
+
+    # ---- requests ------------------------------------------------------------
+
+    def _check_request(self, r: Request) -> None:
+        p = r.params
+        where = f"requests[{r.rid}]"
+        if not r.prompt:
+            raise ValueError(f"{where}.prompt: empty; the target needs at least one token")
+        if any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < self.vocab_size for t in r.prompt):
+            raise ValueError(f"{where}.prompt: token ids must lie in [0, {self.vocab_size})")
+        _validate.positive_int(f"{where}.params.max_new_tokens", p.max_new_tokens)
+        if not p.temperature >= 0:
+            raise ValueError(f"{where}.params.temperature: must be >= 0, got {p.temperature}")
+        if p.eos_id is not None and not 0 <= p.eos_id < self.vocab_size:
+            raise ValueError(f"{where}.params.eos_id: must lie in [0, {self.vocab_size})")
+        need = len(r.prompt) + p.max_new_tokens + 2 * self.T
+        if need > self.config.max_context_len:
+            raise ValueError(f"{where}.prompt: {len(r.prompt)} prompt + {p.max_new_tokens} new tokens + 2*{self.T} "
+                             f"verify slots exceed the pool slot (max_context_len={self.config.max_context_len})")
+        if r.rid in self.done or any(s.rid == r.rid for s in self.rows):
+            raise ValueError(f"{where}.rid: request id {r.rid} is already in use")
+
+    def _check_requests(self, requests: Sequence[Request]) -> None:
+        rids = [r.rid for r in requests]
+        if len(set(rids)) != len(rids):
+            raise ValueError(f"requests.rid: request ids must be distinct, got {rids}")
+        for r in requests:
+            self._check_request(r)
+
+    def _uniforms(self, rid: int, local_step: int, n: int) -> torch.Tensor:
+        """n float64 uniforms in (0, 1) from the (seed, rid, local_step) stream."""
+        g = torch.Generator()
+        g.manual_seed(request_key(self.config.seed, rid, local_step))
+        return torch.rand(n, generator=g, dtype=F64).clamp(1e-300, 1 - 2 ** -53)
+
+    @staticmethod
+    def _exponential(u: torch.Tensor) -> torch.Tensor:
+        return -torch.log1p(-u)  # Exp(1), > 0 since u > 0
+
+    def prefill_for_handoff(self, requests: Sequence[Request]) -> List[PrefillHandoff]:
+        """The prefill side: run the target over each prompt and sample the first token.
+
+        Prompts of one length share a batched forward; a sampled first token is
+        the exponential race `argmax p * (1/E)` on the request's step-0 stream.
+        """
+        self._check_requests(requests)
+        first, hiddens = {}, {}
+        by_len: Dict[int, list] = {}
+        for r in requests:
+            by_len.setdefault(len(r.prompt), []).append(r)
+        for group in by_len.values():
+            tokens = torch.tensor([list(r.prompt) for r in group], dtype=torch.int64)
+            logits, hidden = self.target.forward_pairs(torch.full((len(group),), -1, dtype=torch.int64), tokens)
+            last = logits[:, -1]
+            temps = torch.tensor([0.0 if r.params.is_greedy else float(r.params.temperature) for r in group], dtype=F64)
+            probs = self._target_probs(last.clone(), temps, [r.params for r in group])
+            race = torch.stack([1.0 / self._exponential(self._uniforms(r.rid, 0, self.vocab_size)) for r in group])
+            drawn = torch.argmax(probs * race, dim=-1)
+            pick = torch.where(temps > 0, drawn, torch.argmax(last, dim=-1))
+            for i, r in enumerate(group):
+                first[r.rid], hiddens[r.rid] = int(pick[i]), hidden[i]
+        return [PrefillHandoff(r.rid, tuple(r.prompt), r.params, len(r.prompt), first[r.rid], tuple(r.prompt), hiddens[r.rid])
+                for r in requests]
+
+    def _alloc_row(self) -> int:
+        if not self.free_rows:
+            raise RuntimeError(f"pool_size: no free request slot (all {self.config.pool_size} in use)")
+        return self.free_rows.pop(0)
+
+    def _admit(self, handoffs: Sequence[PrefillHandoff], *, prebuilt: bool) -> None:
+        self._check_requests([Request(h.rid, h.prompt, h.params) for h in handoffs])
+        if len(handoffs) > len(self.free_rows):
+            raise RuntimeError(f"pool_size: {len(handoffs)} requests but {len(self.free_rows)} free slots")
+        states = []
+        for h in handoffs:
+            req = Req(rid=h.rid, origin_input_ids=list(h.prompt), output_ids=[h.first_token], req_pool_idx=-1,
+                      kv_committed_len=h.committed_len)
+            st = RequestState(h.rid, list(h.prompt), h.params, req, list(h.kv_tokens), h.kv_hiddens.clone(), [h.first_token])
+            if self._truncate(st, []):  # max_new_tokens == 1 or an EOS first token: done at prefill
+                self.done[st.rid] = st
+                continue
+            req.req_pool_idx = self._alloc_row()
+            states.append(st)
+        if not states:
+            return
+        batch = ScheduleBatch.prebuilt([s.req for s in states], self.pool, speculative_num_draft_tokens=self.T,
+                                       enable_overlap=self.enable_overlap)
+        if prebuilt:  # PD decode side: the handoff builds the draft input and seeds the relay
+            disaggregation.process_prebuilt(batch, self.future_map)
+        else:
+            di = DraftInput(bonus_tokens=torch.tensor([s.output[-1] for s in states], dtype=torch.int64),
+                            new_seq_lens=batch.seq_lens.clone(),
+                            future_indices=batch.req_pool_indices if self.enable_overlap else None)
+            batch.spec_info = di
+            if self.enable_overlap:
+                self.future_map.publish(batch.req_pool_indices, batch.seq_lens)
+                self.future_map.stash(batch.req_pool_indices, RelayPayload.from_draft_input(di))
+        self._merge(batch, states)
+
+    def _merge(self, batch: ScheduleBatch, states: List[RequestState]) -> None:
+        if self.batch is None:
+            self.batch, self.rows = batch, list(states)
+            return
+        run = self.batch
+        run.spec_info.merge_batch(batch.spec_info)
+        run.reqs = run.reqs + batch.reqs
+        run.req_pool_indices = torch.cat([run.req_pool_indices, batch.req_pool_indices])
+        run.seq_lens = torch.cat([run.seq_lens, batch.seq_lens])
+        self.rows = self.rows + states
+
+    def prefill(self, requests: Sequence[Request]) -> None:
+        """Local prefill: the requests join the running batch with their first token as the anchor."""
+        self._admit(self.prefill_for_handoff(requests), prebuilt=False)
+
+    def accept_handoff(self, handoffs: Sequence[PrefillHandoff]) -> None:
+        """PD decode side: admit requests prefilled elsewhere through `process_prebuilt`."""
+        self._admit(handoffs, prebuilt=True)
+
+    def abort(self, rid: int) -> None:
+        for i, st in enumerate(self.rows):
+            if st.rid == rid:
+                st.finish_reason = "abort"
+                self._leave([i])
+                return
+        raise KeyError(f"rid: no live request {rid}")
+
+    def set_overlap(self, on: bool) -> None:
+        """Switch overlap scheduling; live rows move into (seed) or out of (resolve) the relay."""
+        on = bool(on)
+        if on == self.enable_overlap:
+            return
+        b = self.batch
+        if b is not None:
+            di = b.spec_info
+            if on:
+                di.future_indices = b.req_pool_indices
+                self.future_map.publish(b.req_pool_indices, di.new_seq_lens)
+                self.future_map.stash(b.req_pool_indices, RelayPayload.from_draft_input(di))
+            else:
+                self.future_map.resolve_seq_lens(b)
+                self.future_map.resolve_forward_inputs(b)
+                di.new_seq_lens, di.future_indices = b.seq_lens.clone(), None
+            b.enable_overlap = on
+        self.enable_overlap = on
+
+    def update_internal_state(self, *, dspark_force_budget_frac: Optional[float] = None) -> None:
+        """SGLang's runtime update: force (or, with None, stop forcing) the verify budget fraction."""
+        self.config.force_budget_frac = planner.check_budget_frac(dspark_force_budget_frac)
+
+    @property
+    def live(self) -> List[RequestState]:
+        return list(self.rows)
+
+    # ---- one decode step --------------------------------------------------------
+
+    def _resolve_inputs(self) -> torch.Tensor:
+        b = self.batch
+        if self.enable_overlap:
+            self.future_map.resolve_seq_lens(b)
+            self.future_map.resolve_forward_inputs(b)
+        else:
+            b.seq_lens = b.spec_info.new_seq_lens.clone()
+        for req, n in zip(b.reqs, b.seq_lens.tolist()):
+            req.kv_committed_len = n
+        b.prepare_for_decode()
+        return b.seq_lens.clone()
+
+    def _noise(self):
+        """Per request, from its (seed, rid, local step) stream: Gumbel noise [gamma, V] for the drafts,
+        acceptance coins [gamma], and resample weights 1/E [V] (the exponential race)."""
+        g, V = self.gamma, self.vocab_size
+        u = torch.stack([self._uniforms(st.rid, st.local_step + 1, g * V + g + V) for st in self.rows])
+        gumbel = -torch.log(self._exponential(u[:, : g * V])).reshape(-1, g, V)
+        coins = u[:, g * V: g * V + g]
+        resample = 1.0 / self._exponential(u[:, g * V + g: g * V + g + V])
+        return gumbel, coins, resample
+
+    def plan_verify_lens(self, proposal, fresh: List[bool]):
+        """(verify_lens [bs] int64 or None for static, budget or None, planned mask)."""
+        bs = len(fresh)
+        if self.config.verify_mode == "static":
+            return None, None, [False] * bs
+        cfg, planned = self.config, [not f for f in fresh]
+        lens = torch.full((bs,), cfg.max_verify_len, dtype=torch.int64)
+        rows = [i for i in range(bs) if planned[i]]
+        if not rows:
+            return lens, None, planned
+        lagged = planner.survival(torch.stack([self.rows[i].last_confidence for i in rows]))
+        budget = planner.compute_verify_token_budget(lagged, cfg.sps_table, eps=cfg.survival_eps,
+                                                     force_budget_frac=cfg.force_budget_frac)
+        now = planner.survival(proposal.confidence[rows])
+        lens[rows] = planner.schedule_verify_lens(now, budget, min_verify_len=cfg.min_verify_len,
+                                                  max_verify_len=cfg.max_verify_len, eps=cfg.survival_eps)
+        return lens, budget, planned
+
+    def _target_probs(self, logits: torch.Tensor, temps: torch.Tensor, params: Sequence[SamplingParams]) -> torch.Tensor:
+        """softmax(logits / T) with top-k applied to the target only; logits [bs, ..., V]."""
+        shape = (-1,) + (1,) * (logits.dim() - 1)
+        scaled = logits / torch.where(temps > 0, temps, 1.0).reshape(shape)
+        for i, p in enumerate(params):
+            if p.top_k > 1 and p.top_k < self.vocab_size:
+                kth = torch.topk(scaled[i], p.top_k, dim=-1).values[..., -1:]
+                scaled[i] = torch.where(scaled[i] < kth, float("-inf"), scaled[i])
+        return torch.softmax(scaled, dim=-1)
+
+    def _verify_forward(self, cand: torch.Tensor, lens: Optional[torch.Tensor]):
+        """Target logits / hiddens on the strided [bs, T] layout, and the rows computed."""
+        prev2 = torch.tensor([st.cache_tokens[-1] if st.cache_tokens else -1 for st in self.rows], dtype=torch.int64)
+        if self.config.verify_mode != "compact" or lens is None:
+            logits, hidden = self.target.forward_pairs(prev2, cand)
+            return logits, hidden, cand.numel(), None
+        graph_tokens = None
+        total = int(lens.sum())
+        if self.config.capture_bs:
+            buckets = capture_num_tokens(self.config.capture_bs, self.T)
+            graph_tokens = pad_to_bucket(total, buckets) if total <= buckets[-1] else None
+        layout = planner.RaggedVerifyLayout.from_lens(lens, self.T, pad_to=graph_tokens)
+        ids, real = layout.pack(cand), layout.valid
+        before = torch.cat([prev2[:, None], cand[:, :-1]], dim=1).reshape(-1)[layout.window_index().clamp(min=0)]
+        logits, hidden = self.target.logits_and_hidden(before[real], ids[real])
+        pad = lambda rows: torch.cat([rows, rows.new_zeros((int((~real).sum()),) + rows.shape[1:])])  # noqa: E731
+        return layout.scatter(pad(logits), 0.0), layout.scatter(pad(hidden), 0.0), total, graph_tokens
+
+    def _accept(self, cand, logits, proposal, lens, temps, coins, resample):
+        params = [st.params for st in self.rows]
+        greedy = torch.tensor([p.is_greedy for p in params])
+        backend = self.config.verify_backend
+        if bool(greedy.all()):
+            return verify.greedy_accept(cand, logits, lens, backend=backend)
+        p = self._target_probs(logits, temps, params)
+        q = self._target_probs(proposal.step_logits, temps, [SamplingParams()] * len(params))
+        return verify.mixed_accept(cand, logits, p, q, coins, resample, greedy, lens, backend=backend)
+
+    def _truncate(self, st: RequestState, emitted: list) -> bool:
+        """Append what fits before EOS / max_new_tokens; True when the request is done."""
+        room = st.params.max_new_tokens - len(st.output)
+        take = emitted[:max(room, 0)]
+        eos = st.params.eos_id
+        if eos is not None and eos in take:
+            take = take[: take.index(eos) + 1]
+        st.output.extend(take)
+        emitted[:] = take
+        if eos is not None and st.output and st.output[-1] == eos:
+            st.finish_reason = "eos"
+        elif len(st.output) >= st.params.max_new_tokens:
+            st.finish_reason = "length"
+        return st.finish_reason is not None
+
+    def _commit(self, i: int, st: RequestState, anchor: int, drafts: list, correct: int, hidden: torch.Tensor) -> None:
+        st.cache_tokens.extend([anchor] + drafts[:correct])
+        st.draft_ctx = torch.cat([st.draft_ctx, hidden[: correct + 1]])
+        st.req.kv_committed_len = len(st.cache_tokens)
+
+    def _publish(self, new_seq_lens: torch.Tensor, bonus: torch.Tensor) -> None:
+        di = self.batch.spec_info
+        if self.enable_overlap:  # seq lens first, then the bonus: step N+1 resolves both
+            self.future_map.publish(di.future_indices, new_seq_lens)
+            self.future_map.stash(di.future_indices, RelayPayload(bonus_tokens=bonus))
+        else:
+            di.bonus_tokens, di.new_seq_lens = bonus, new_seq_lens
+
+    def _leave(self, idx: List[int]) -> None:
+        keep = [i for i in range(len(self.rows)) if i not in set(idx)]
+        for i in idx:
+            st = self.rows[i]
+            self.free_rows.append(st.pool_row)
+            self.done[st.rid] = st
+        b = self.batch
+        if not keep:
+            self.batch, self.rows = None, []
+            return
+        k = torch.tensor(keep, dtype=torch.int64)
+        b.spec_info.filter_batch(k)
+        b.reqs = [b.reqs[i] for i in keep]
+        b.req_pool_indices = b.req_pool_indices[k]
+        b.seq_lens = b.seq_lens[k]
+        if b.spec_info.future_indices is not None:
+            b.spec_info.future_indices = b.req_pool_indices
+        self.rows = [self.rows[i] for i in keep]
+
+    def step(self) -> StepRecord:
+        if self.batch is None:
+            raise RuntimeError("step: no live request in the batch")
+        seq_lens = self._resolve_inputs()
+        anchors = self.batch.spec_info.bonus_tokens.clone()
+        rows = self.rows
+        temps = torch.tensor([0.0 if st.params.is_greedy else float(st.params.temperature) for st in rows], dtype=F64)
+        gumbel, coins, resample = self._noise()
+        proposal = self.proposer.propose(self.drafter, [st.cache_tokens for st in rows], [st.draft_ctx for st in rows],
+                                         anchors, temps, gumbel)
+        fresh = [st.last_confidence is None for st in rows]
+        lens, budget, planned = self.plan_verify_lens(proposal, fresh)
+        cand = torch.cat([anchors[:, None], proposal.draft_tokens], dim=1)
+        logits, hidden, target_tokens, graph_tokens = self._verify_forward(cand, lens)
+        acc = self._accept(cand, logits, proposal, lens, temps, coins, resample)
+        fin = verify.finalize(seq_lens, proposal.draft_tokens, acc, backend=self.config.verify_backend)
+
+        emitted, leaving = [], []
+        for i, st in enumerate(rows):
+            c = int(fin.commit_len[i])
+            self._commit(i, st, int(anchors[i]), proposal.draft_tokens[i].tolist(), int(acc.correct_len[i]), hidden[i])
+            out = fin.out_tokens[i, :c].tolist()
+            st.local_step += 1
+            st.last_confidence = proposal.confidence[i].clone()
+            if self._truncate(st, out):
+                leaving.append(i)
+            emitted.append(out)
+        self._publish(fin.new_seq_lens, acc.bonus)
+        T = self.T
+        rec = StepRecord(
+            step=len(self.records), rids=[st.rid for st in rows], seq_lens=seq_lens.tolist(),
+            verify_lens=[T] * len(rows) if lens is None else lens.tolist(), planned=planned, budget=budget,
+            correct_lens=acc.correct_len.tolist(), cap_trim=acc.cap_trim.tolist(), commit_lens=fin.commit_len.tolist(),
+            new_seq_lens=fin.new_seq_lens.tolist(), emitted=emitted, finished=[rows[i].rid for i in leaving],
+            overlap=self.enable_overlap, target_tokens=target_tokens, graph_num_tokens=graph_tokens)
+        if leaving:
+            self._leave(leaving)
+        self.records.append(rec)
+        return rec
+
+    def run_to_completion(self, max_steps: Optional[int] = None, progress=None) -> None:
+        n = 0
+        while self.batch is not None and (max_steps is None or n < max_steps):
+            rec = self.step()
+            n += 1
+            if progress is not None:
+                progress(rec)
+
+    def generate(self, requests: Sequence[Request], progress=None) -> Dict[int, list]:
+        """Prefill the requests, decode until all are done; returns rid -> emitted tokens."""
+        self.prefill(requests)
+        self.run_to_completion(progress=progress)
+        return {r.rid: list(self.done[r.rid].output) for r in requests}
+
+    def state_of(self, rid: int) -> RequestState:
+        for st in self.rows:
+            if st.rid == rid:
+                return st
+        return self.done[rid]

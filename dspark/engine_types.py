@@ -1,0 +1,88 @@
+"""What the reference engine takes and returns: sampling settings, requests, per-request state,
+the PD prefill handoff record, and the per-step record.
+
+Mirrors the fields of SGLang's `Req` / `SamplingParams` and DSpark's `DecodeStepRecord` that the
+reference engine models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+
+from dspark.schedule_batch import Req
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.0
+    top_k: int = 0  # 0 = off; 1 = greedy
+    max_new_tokens: int = 16
+    eos_id: Optional[int] = None
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0 or self.top_k == 1
+
+
+@dataclass(frozen=True)
+class Request:
+    rid: int
+    prompt: tuple
+    params: SamplingParams = SamplingParams()
+
+
+@dataclass
+class RequestState:
+    rid: int
+    prompt: list
+    params: SamplingParams
+    req: Req
+    cache_tokens: list  # target KV: the committed sequence, pending anchor excluded
+    draft_ctx: torch.Tensor  # draft context KV: one projected target hidden per committed position
+    output: list = field(default_factory=list)  # emitted tokens (the first sampled token included)
+    local_step: int = 0  # decode steps this request has taken
+    last_confidence: Optional[torch.Tensor] = None  # its previous step's confidence (the lagged planner input)
+    finish_reason: Optional[str] = None  # "eos" | "length" | "abort"
+
+    @property
+    def pool_row(self) -> int:
+        return self.req.req_pool_idx
+
+
+@dataclass(frozen=True)
+class PrefillHandoff:
+    """What a prefill server hands a decode server: committed length, the KV, the first sampled token."""
+
+    rid: int
+    prompt: tuple
+    params: SamplingParams
+    committed_len: int
+    first_token: int
+    kv_tokens: tuple
+    kv_hiddens: torch.Tensor
+
+
+@dataclass
+class StepRecord:
+    step: int
+    rids: list
+    seq_lens: list  # committed lengths before the step
+    verify_lens: list  # L per request (gamma + 1 where not planned)
+    planned: list  # whether the planner set L (False: static mode, or a fresh request verifying all)
+    budget: Optional[int]  # extra verify tokens granted to the planned rows; None when none were planned
+    correct_lens: list  # accepted drafts (accept lens, bonus excluded)
+    cap_trim: list
+    commit_lens: list
+    new_seq_lens: list
+    emitted: list  # per request, the tokens it got this step (after EOS / max_new_tokens truncation)
+    finished: list  # rids that left the batch after this step
+    overlap: bool
+    target_tokens: int  # rows the target forward computed
+    graph_num_tokens: Optional[int] = None
+
+    @property
+    def tokens_per_forward(self) -> float:
+        return sum(self.commit_lens) / max(len(self.rids), 1)

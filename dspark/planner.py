@@ -1,0 +1,272 @@
+"""The confidence-scheduled ("ragged") verify planner.
+
+Mirrors SGLang's `dspark_sps.py` (cost tables), `dspark_planner.py`
+(`compute_verify_token_budget`, the forced budget fraction),
+`dspark_schedule.py` (`schedule_verify_lens_topk`) and `ragged_verify.py`
+(the compact layout, `pad_verify_lens_to_bucket`).
+
+Survival `S[r, k] = prod_{j<=k} c[r, j]` is the predicted probability that
+drafts 1..k+1 of request r all pass. The budget is the number of extra verify
+tokens beyond each request's anchor; verify lengths hand it out to the
+highest-survival cells, so each row's picks form a prefix.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+
+from dspark import _validate
+
+SURVIVAL_EPS = 1e-6
+
+
+def survival(confidence: torch.Tensor) -> torch.Tensor:
+    """Cumulative product of the confidences along the gamma positions ([bs, gamma] -> [bs, gamma])."""
+    if not isinstance(confidence, torch.Tensor) or confidence.dim() != 2:
+        raise ValueError("confidence: expected a [bs, gamma] tensor")
+    return torch.cumprod(confidence.to(torch.float64), dim=1)
+
+
+# ---- cost tables ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SpsCostTable:
+    """Steps per second measured at increasing batch verify-token counts (floor lookup)."""
+
+    sample_batch_tokens: tuple
+    sample_steps_per_sec: tuple
+    max_batch_tokens: Optional[int] = None
+
+    def __post_init__(self):
+        probes, sps = tuple(self.sample_batch_tokens), tuple(self.sample_steps_per_sec)
+        object.__setattr__(self, "sample_batch_tokens", probes)
+        object.__setattr__(self, "sample_steps_per_sec", sps)
+        if not probes:
+            raise ValueError("sample_batch_tokens: at least one probe is required")
+        if len(probes) != len(sps):
+            raise ValueError(f"sample_steps_per_sec: {len(sps)} values for {len(probes)} probes")
+        if any(b <= a for a, b in zip(probes, probes[1:])):
+            raise ValueError(f"sample_batch_tokens: probes must be strictly increasing, got {list(probes)}")
+        if any(not (s > 0 and math.isfinite(s)) for s in sps):
+            raise ValueError(f"sample_steps_per_sec: values must be finite and > 0, got {list(sps)}")
+        if self.max_batch_tokens is None:
+            object.__setattr__(self, "max_batch_tokens", probes[-1])
+        elif self.max_batch_tokens < probes[-1]:
+            raise ValueError(f"max_batch_tokens: {self.max_batch_tokens} is below the last probe {probes[-1]}")
+
+    def lookup(self, tokens: int) -> float:
+        """SPS at the largest probe <= tokens; the first probe when below range."""
+        i = 0
+        for j, probe in enumerate(self.sample_batch_tokens):
+            if probe <= tokens:
+                i = j
+        return self.sample_steps_per_sec[i]
+
+    def throughput(self, bs: int, extra: int, tau: float) -> float:
+        return tau * self.lookup(bs + extra)
+
+    @property
+    def is_flat(self) -> bool:
+        return len(set(self.sample_steps_per_sec)) == 1
+
+
+def flat_sps_table() -> SpsCostTable:
+    """The uninitialised table: one probe, so the budget is verify-all."""
+    return SpsCostTable((1,), (1.0,))
+
+
+def _interp(points: Sequence[tuple], x: float) -> float:
+    """Piecewise-linear interpolation over sorted (x, y) points, clamped at both ends."""
+    if x <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return points[-1][1]
+
+
+@dataclass(frozen=True)
+class SpsAdditiveCostTable:
+    """`step_time(B, M) = bias + alpha(B) + theta(M)`, M = total verify tokens; alpha, theta interpolated."""
+
+    bias_seconds: float
+    alpha_points: tuple  # ((batch_size, seconds), ...), strictly increasing sizes
+    theta_points: tuple  # ((verify_tokens, seconds), ...)
+
+    def __post_init__(self):
+        if not self.bias_seconds > 0:
+            raise ValueError(f"bias_seconds: must be > 0, got {self.bias_seconds}")
+        for name in ("alpha_points", "theta_points"):
+            pts = tuple(tuple(p) for p in getattr(self, name))
+            object.__setattr__(self, name, pts)
+            if not pts:
+                raise ValueError(f"{name}: at least one point is required")
+            if any(b[0] <= a[0] for a, b in zip(pts, pts[1:])):
+                raise ValueError(f"{name}: sizes must be strictly increasing")
+            if any(p[1] < 0 for p in pts):
+                raise ValueError(f"{name}: seconds must be >= 0")
+
+    def step_time(self, bs: int, tokens: int) -> float:
+        return self.bias_seconds + _interp(self.alpha_points, bs) + _interp(self.theta_points, tokens)
+
+    def throughput(self, bs: int, extra: int, tau: float) -> float:
+        return tau / self.step_time(bs, bs + extra)
+
+    @property
+    def is_flat(self) -> bool:
+        return False
+
+
+# ---- budget ------------------------------------------------------------------------
+
+
+def check_budget_frac(frac) -> Optional[float]:
+    if frac is None:
+        return None
+    if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not (0 < frac <= 1):
+        raise ValueError(f"force_budget_frac: must lie in (0, 1] or be None, got {frac!r}")
+    return float(frac)
+
+
+def forced_budget(frac: float, bs: int, gamma: int) -> int:
+    """`dspark_force_budget_frac`: floor(frac * bs * gamma), bypassing the cost model."""
+    return max(0, math.floor(check_budget_frac(frac) * bs * gamma))
+
+
+def compute_verify_token_budget(lagged_survival: torch.Tensor, table=None, *, eps: float = SURVIVAL_EPS,
+                                force_budget_frac: Optional[float] = None) -> int:
+    """Extra verify tokens b maximising `tau(b) * SPS(bs + b)` (first maximum); `tau(b) = bs + sum of the top b`.
+
+    Only cells with survival >= eps are candidates, so `0 <= b <= #valid <= bs*gamma`.
+    """
+    bs, gamma = lagged_survival.shape
+    if force_budget_frac is not None:
+        return forced_budget(force_budget_frac, bs, gamma)
+    table = flat_sps_table() if table is None else table
+    values = lagged_survival.reshape(-1)
+    values = torch.sort(values[values >= eps], descending=True).values.tolist()
+    best_b, best, tau = 0, table.throughput(bs, 0, float(bs)), float(bs)
+    for b, v in enumerate(values, start=1):
+        tau += v
+        theta = table.throughput(bs, b, tau)
+        if theta > best:
+            best_b, best = b, theta
+    return best_b
+
+
+# ---- verify lengths --------------------------------------------------------------
+
+
+def select_cells(surv: torch.Tensor, budget: int, *, eps: float = SURVIVAL_EPS) -> torch.Tensor:
+    """The top `budget` cells by (value desc, position asc, request asc); cells below eps are never picked. [bs, gamma] bool."""
+    bs, gamma = surv.shape
+    flat = surv.reshape(-1).to(torch.float64)
+    req = torch.arange(bs).repeat_interleave(gamma)
+    pos = torch.arange(gamma).repeat(bs)
+    # Stable sorts from the least to the most significant key.
+    order = torch.argsort(req, stable=True)
+    order = order[torch.argsort(pos[order], stable=True)]
+    order = order[torch.argsort(flat[order], descending=True, stable=True)]
+    valid = flat[order] >= eps
+    chosen = order[valid][: max(int(budget), 0)]
+    picked = torch.zeros(bs * gamma, dtype=torch.bool)
+    picked[chosen] = True
+    return picked.reshape(bs, gamma)
+
+
+def schedule_verify_lens(surv: torch.Tensor, budget: int, *, min_verify_len: int = 1, max_verify_len: Optional[int] = None,
+                         eps: float = SURVIVAL_EPS, return_selected: bool = False):
+    """`L_r = clamp(min_verify_len + picks_r, max(min_verify_len, 1), max_verify_len)`, int64 [bs]."""
+    bs, gamma = surv.shape
+    max_len = gamma + 1 if max_verify_len is None else max_verify_len
+    selected = select_cells(surv, budget, eps=eps)
+    picks = selected.sum(dim=1)
+    lens = torch.clamp(min_verify_len + picks, max(min_verify_len, 1), max_len).to(torch.int64)
+    return (lens, selected) if return_selected else lens
+
+
+# ---- compact (ragged) layout -------------------------------------------------------
+
+
+def build_qo_indptr(verify_lens: torch.Tensor) -> torch.Tensor:
+    return torch.cat([torch.zeros(1, dtype=torch.int32), torch.cumsum(verify_lens, 0).to(torch.int32)])
+
+
+@dataclass
+class RaggedVerifyLayout:
+    """Packed rows of a compact verify: request r owns rows `qo_indptr[r] .. qo_indptr[r+1]`; rows past the total are padding."""
+
+    verify_lens: torch.Tensor  # int64 [bs]
+    width: int  # T = gamma + 1, the strided row width
+    qo_indptr: torch.Tensor  # int32 [bs + 1]
+    req_id: torch.Tensor  # int64 [rows]; bs on padding
+    within: torch.Tensor  # int64 [rows]; 0 on padding
+    valid: torch.Tensor  # bool [rows]
+
+    @classmethod
+    def from_lens(cls, verify_lens: torch.Tensor, width: int, pad_to: Optional[int] = None) -> "RaggedVerifyLayout":
+        lens = _validate.int_tensor("verify_lens", verify_lens).to(torch.int64)
+        _validate.positive_int("width", width)
+        bs = lens.shape[0]
+        _validate.in_range("verify_lens", lens, 1, width + 1)
+        total = int(lens.sum())
+        rows = total if pad_to is None else pad_to
+        if rows < total:
+            raise ValueError(f"pad_to: {pad_to} is below the total verify tokens {total}")
+        indptr = build_qo_indptr(lens)
+        k = torch.arange(rows)
+        req = torch.searchsorted(indptr[1:].to(torch.int64), k, right=True)
+        valid = k < total
+        req = torch.where(valid, req, bs)
+        start = indptr[:-1].to(torch.int64)[req.clamp(max=bs - 1)] if bs else torch.zeros_like(k)
+        within = torch.where(valid, k - start, 0)
+        return cls(lens, width, indptr, req, within, valid)
+
+    @property
+    def total(self) -> int:
+        return int(self.qo_indptr[-1])
+
+    def window_index(self) -> torch.Tensor:
+        """Strided row `req * T + within` of each packed row; -1 on padding."""
+        return torch.where(self.valid, self.req_id * self.width + self.within, -1)
+
+    def pack(self, candidates: torch.Tensor) -> torch.Tensor:
+        """Packed token ids from strided `candidates [bs, T]`; padding gets id 0."""
+        flat = torch.cat([candidates.reshape(-1), candidates.new_zeros(1)])  # the last entry serves padding
+        idx = torch.where(self.valid, self.window_index(), flat.numel() - 1)
+        return flat[idx]
+
+    def scatter(self, rows: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
+        """Packed rows [n, ...] back to strided [bs, T, ...]; unverified cells hold `fill`."""
+        bs = self.verify_lens.shape[0]
+        out = rows.new_full((bs * self.width,) + tuple(rows.shape[1:]), fill)
+        real = self.valid.nonzero().flatten()
+        out[self.window_index()[real]] = rows[real]
+        return out.reshape((bs, self.width) + tuple(rows.shape[1:]))
+
+
+def pad_verify_lens_to_bucket(verify_lens: torch.Tensor, graph_num_tokens: int, padded_bs: int,
+                              cap: Optional[int] = None) -> torch.Tensor:
+    """Spread `graph_num_tokens - sum(L)` over the pad rows (`base + (i < rem)`), else onto the last real row."""
+    lens = _validate.int_tensor("verify_lens", verify_lens).to(torch.int64)
+    bs = lens.shape[0]
+    if padded_bs < bs:
+        raise ValueError(f"padded_bs: {padded_bs} is below the batch size {bs}")
+    left = graph_num_tokens - int(lens.sum())
+    if left < 0:
+        raise ValueError(f"graph_num_tokens: {graph_num_tokens} is below the total verify tokens {int(lens.sum())}")
+    n_pad = padded_bs - bs
+    if n_pad:
+        base, rem = divmod(left, n_pad)
+        pad = torch.tensor([base + (i < rem) for i in range(n_pad)], dtype=torch.int64)
+        out = torch.cat([lens, pad])
+    else:
+        out = lens.clone()
+        if bs:
+            out[-1] += left
+    return out if cap is None else out.clamp(max=cap)

@@ -1,0 +1,114 @@
+"""Decode-loop bugs: an unpredictable verify cap, a wrong resample law, off-by-one commits, a silent relay, row-keyed RNG."""
+
+import torch
+
+from dspark import disaggregation, verify
+from dspark.engine import DSparkEngine
+from dspark.verify import AcceptOut, Finalized
+
+from . import Mutant
+
+_real_plan = DSparkEngine.plan_verify_lens
+_real_mixed = verify.mixed_accept
+_real_greedy = verify.greedy_accept
+_real_finalize = verify.finalize
+_real_publish = DSparkEngine._publish
+_real_truncate = DSparkEngine._truncate
+_real_builder = disaggregation.build_dspark_disagg_draft_input
+
+
+def _look_ahead_cap(self, proposal, fresh):
+    """Stop each block right before its first draft equal to token 0: {L >= k+1} then depends on d_{k+1}."""
+    lens, budget, planned = _real_plan(self, proposal, fresh)
+    bs, gamma = proposal.draft_tokens.shape
+    base = torch.full((bs,), gamma + 1, dtype=torch.int64) if lens is None else lens
+    zero = proposal.draft_tokens == 0
+    first_zero = torch.where(zero.any(1), zero.to(torch.int64).argmax(1) + 1, gamma + 1)  # 1-based
+    return torch.minimum(base, (first_zero - 1).clamp(min=1)), budget, planned
+
+
+def _resample_from_p(candidates, target_logits, target_probs, draft_probs, coins, resample_noise, greedy_mask,
+                     verify_lens=None, **kw):
+    acc = _real_mixed(candidates, target_logits, target_probs, draft_probs, coins, resample_noise, greedy_mask,
+                      verify_lens, **kw)
+    rows = torch.arange(candidates.shape[0])
+    n = acc.correct_len.to(torch.int64)
+    from_p = torch.argmax(target_probs[rows, n] * resample_noise, dim=-1)
+    rejected = (n < candidates.shape[1] - 1) & (acc.cap_trim == 0) & ~greedy_mask
+    return AcceptOut(acc.correct_len, torch.where(rejected, from_p, acc.bonus), acc.cap_trim)
+
+
+def _emit_rejected_draft(acc: AcceptOut, candidates):
+    n = acc.correct_len.to(torch.int64)
+    gamma = candidates.shape[1] - 1
+    rejected = candidates.gather(1, (n + 1).clamp(max=gamma)[:, None])[:, 0]
+    return AcceptOut(acc.correct_len, torch.where(n < gamma, rejected, acc.bonus), acc.cap_trim)
+
+
+def _greedy_emits_draft(candidates, target_logits, verify_lens=None, **kw):
+    return _emit_rejected_draft(_real_greedy(candidates, target_logits, verify_lens, **kw), candidates)
+
+
+def _mixed_emits_draft(candidates, target_logits, target_probs, draft_probs, coins, resample_noise, greedy_mask,
+                       verify_lens=None, **kw):
+    acc = _real_mixed(candidates, target_logits, target_probs, draft_probs, coins, resample_noise, greedy_mask,
+                      verify_lens, **kw)
+    bad = _emit_rejected_draft(acc, candidates)
+    return AcceptOut(acc.correct_len, torch.where(greedy_mask, bad.bonus, acc.bonus), acc.cap_trim)
+
+
+def _seq_len_counts_bonus(prefix_lens, drafts, accept, **kw):
+    fin = _real_finalize(prefix_lens, drafts, accept, **kw)
+    return Finalized(fin.commit_len, fin.new_seq_lens + 1, fin.out_tokens)
+
+
+def _stash_without_publish(self, new_seq_lens, bonus):
+    if not self.enable_overlap:
+        return _real_publish(self, new_seq_lens, bonus)
+    di = self.batch.spec_info
+    from dspark.overlap_utils import RelayPayload
+
+    self.future_map.stash(di.future_indices, RelayPayload(bonus_tokens=bonus))  # seq lens never published
+
+
+def _rejection_emits_nothing(self, st, emitted):
+    if len(emitted) == 1 and st.local_step > 0:  # a decode step that accepted no draft
+        emitted.clear()
+    return _real_truncate(self, st, emitted)
+
+
+def _first_decode_planned(self, proposal, fresh):
+    for st in self.rows:
+        if st.last_confidence is None:
+            st.last_confidence = torch.ones(self.gamma, dtype=torch.float64)
+    return _real_plan(self, proposal, [False] * len(fresh))
+
+
+def _noise_keyed_by_row(self):
+    g, V = self.gamma, self.vocab_size
+    u = torch.stack([self._uniforms(i, st.local_step + 1, g * V + g + V) for i, st in enumerate(self.rows)])
+    gumbel = -torch.log(self._exponential(u[:, : g * V])).reshape(-1, g, V)
+    return gumbel, u[:, g * V: g * V + g], 1.0 / self._exponential(u[:, g * V + g:])
+
+
+def _handoff_counts_anchor(batch, last_tokens_tensor, future_map):
+    batch.seq_lens = batch.seq_lens + 1
+    return _real_builder(batch, last_tokens_tensor, future_map)
+
+
+MUTANTS = [
+    Mutant("look-ahead-verify-cap", ("DIST-001",), lambda mp: mp.setattr(DSparkEngine, "plan_verify_lens", _look_ahead_cap)),
+    Mutant("resample-from-p-not-residual", ("DIST-001",), lambda mp: mp.setattr(verify, "mixed_accept", _resample_from_p)),
+    Mutant("greedy-bonus-is-the-rejected-draft", ("LOOP-001",),
+           lambda mp: (mp.setattr(verify, "greedy_accept", _greedy_emits_draft),
+                       mp.setattr(verify, "mixed_accept", _mixed_emits_draft))),
+    Mutant("new-seq-len-counts-the-bonus", ("LOOP-002",), lambda mp: mp.setattr(verify, "finalize", _seq_len_counts_bonus)),
+    Mutant("overlap-relay-not-published", ("LOOP-002", "LOOP-005"),
+           lambda mp: mp.setattr(DSparkEngine, "_publish", _stash_without_publish)),
+    Mutant("handoff-seq-len-counts-the-anchor", ("LOOP-002",),
+           lambda mp: mp.setattr(disaggregation, "build_dspark_disagg_draft_input", _handoff_counts_anchor)),
+    Mutant("first-decode-after-handoff-is-planned", ("LOOP-003",),
+           lambda mp: mp.setattr(DSparkEngine, "plan_verify_lens", _first_decode_planned)),
+    Mutant("rejected-step-emits-nothing", ("LOOP-004",), lambda mp: mp.setattr(DSparkEngine, "_truncate", _rejection_emits_nothing)),
+    Mutant("sampling-rng-keyed-by-batch-row", ("LOOP-005",), lambda mp: mp.setattr(DSparkEngine, "_noise", _noise_keyed_by_row)),
+]

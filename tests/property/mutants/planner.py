@@ -1,0 +1,88 @@
+"""Verify-planner bugs: overspending, non-prefix picks, unstable tie order, wrong budget rules, layout slips."""
+
+import math
+
+import torch
+
+from dspark import planner
+
+from . import Mutant
+
+_real_select = planner.select_cells
+_real_budget = planner.compute_verify_token_budget
+_real_scatter = planner.RaggedVerifyLayout.scatter
+_real_pad = planner.pad_verify_lens_to_bucket
+_real_sps_init = planner.SpsCostTable.__post_init__
+
+
+def _ordered_select(pos_desc=False, req_desc=lambda budget: False, extra=0):
+    def select(surv, budget, *, eps=planner.SURVIVAL_EPS):
+        bs, gamma = surv.shape
+        cells = [(float(surv[r, k]), k, r) for r in range(bs) for k in range(gamma) if float(surv[r, k]) >= eps]
+        flip_req = req_desc(budget)
+        cells.sort(key=lambda c: (-c[0], -c[1] if pos_desc else c[1], -c[2] if flip_req else c[2]))
+        picked = torch.zeros(bs, gamma, dtype=torch.bool)
+        for _, k, r in cells[: max(int(budget) + extra, 0)]:
+            picked[r, k] = True
+        return picked
+    return select
+
+
+def _budget_counts_invalid(lagged_survival, table=None, *, eps=planner.SURVIVAL_EPS, force_budget_frac=None):
+    return _real_budget(lagged_survival, table, eps=-1.0, force_budget_frac=force_budget_frac)
+
+
+def _forced_rounds(frac, bs, gamma):
+    return max(0, math.ceil(planner.check_budget_frac(frac) * bs * gamma))
+
+
+def _ceil_lookup(self, tokens):
+    for probe, sps in zip(self.sample_batch_tokens, self.sample_steps_per_sec):
+        if probe >= tokens:
+            return sps
+    return self.sample_steps_per_sec[-1]
+
+
+def _unchecked_probes(self):
+    object.__setattr__(self, "sample_batch_tokens", tuple(self.sample_batch_tokens))
+    object.__setattr__(self, "sample_steps_per_sec", tuple(self.sample_steps_per_sec))
+    if self.max_batch_tokens is None:
+        object.__setattr__(self, "max_batch_tokens", max(self.sample_batch_tokens))
+
+
+def _scatter_shifted(self, rows, fill=0.0):
+    out = _real_scatter(self, rows, fill)
+    return torch.roll(out, 1, dims=1) if out.numel() else out
+
+
+def _leftover_on_first_pad_row(verify_lens, graph_num_tokens, padded_bs, cap=None):
+    lens = verify_lens.to(torch.int64)
+    n_pad = padded_bs - lens.shape[0]
+    if n_pad == 0:
+        return _real_pad(verify_lens, graph_num_tokens, padded_bs, cap)
+    pad = torch.zeros(n_pad, dtype=torch.int64)
+    pad[0] = graph_num_tokens - int(lens.sum())
+    return torch.cat([lens, pad])
+
+
+def _set_select(fn):
+    return lambda mp: mp.setattr(planner, "select_cells", fn)
+
+
+MUTANTS = [
+    Mutant("schedule-overspends-budget", ("PLAN-001",), _set_select(_ordered_select(extra=1))),
+    Mutant("picks-skip-a-position", ("PLAN-002",), _set_select(_ordered_select(pos_desc=True))),
+    Mutant("tie-order-flips-with-budget-parity", ("PLAN-002", "PLAN-003"),
+           _set_select(_ordered_select(req_desc=lambda budget: budget % 2 == 1))),
+    Mutant("budget-counts-invalid-cells", ("PLAN-004", "PLAN-006"),
+           lambda mp: mp.setattr(planner, "compute_verify_token_budget", _budget_counts_invalid)),
+    Mutant("forced-fraction-rounds-up", ("PLAN-005",), lambda mp: mp.setattr(planner, "forced_budget", _forced_rounds)),
+    Mutant("sps-lookup-takes-next-probe", ("PLAN-007",),
+           lambda mp: mp.setattr(planner.SpsCostTable, "lookup", _ceil_lookup)),
+    Mutant("sps-probes-not-validated", ("PLAN-007",),
+           lambda mp: mp.setattr(planner.SpsCostTable, "__post_init__", _unchecked_probes)),
+    Mutant("compact-scatter-off-by-one", ("PLAN-008",),
+           lambda mp: mp.setattr(planner.RaggedVerifyLayout, "scatter", _scatter_shifted)),
+    Mutant("bucket-leftover-on-first-pad-row", ("PLAN-009",),
+           lambda mp: mp.setattr(planner, "pad_verify_lens_to_bucket", _leftover_on_first_pad_row)),
+]

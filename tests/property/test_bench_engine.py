@@ -1,0 +1,96 @@
+"""Benchmarks of the reference engine (run with `-m bench`; pytest-benchmark).
+
+tau = tokens emitted per target forward (per request per step). The oracle
+drafter must reach gamma + 1 exactly; the toy drafter's tau is recorded. The
+step overhead is one decode step's time over the time of the target and draft
+forwards it contains, at bs = 64.
+"""
+
+import time
+
+import pytest
+import torch
+
+from dspark.engine import DSparkConfig, DSparkEngine, Request, SamplingParams
+from dspark.toy_models import ToyTarget, make_drafter
+
+pytestmark = pytest.mark.bench
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Small float64 tensors: one intra-op thread gives steadier timings."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+V, GAMMA, BS = 16, 4, 64
+TARGET = ToyTarget(V, seed=0)
+
+
+def _engine(drafter, mode="static", **cfg):
+    return DSparkEngine(TARGET, make_drafter(drafter, TARGET), DSparkConfig(gamma=GAMMA, verify_mode=mode, pool_size=BS,
+                                                                             max_context_len=256, **cfg))
+
+
+def _requests(max_new, temperature=0.0):
+    return [Request(i, (i % V, (5 * i + 1) % V), SamplingParams(temperature, 0, max_new)) for i in range(BS)]
+
+
+def _tau(engine) -> float:
+    recs = engine.records
+    return sum(sum(r.commit_lens) for r in recs) / sum(len(r.rids) for r in recs)
+
+
+def test_oracle_tau_is_gamma_plus_one(benchmark):
+    steps = 6
+    max_new = 1 + steps * (GAMMA + 1)  # every decode step commits exactly gamma + 1 tokens
+
+    def run():
+        eng = _engine("oracle")
+        eng.generate(_requests(max_new))
+        return eng
+
+    eng = benchmark.pedantic(run, rounds=3, iterations=1)
+    assert all(r.commit_lens == [GAMMA + 1] * len(r.rids) for r in eng.records)
+    assert _tau(eng) == GAMMA + 1
+    benchmark.extra_info["tau"] = _tau(eng)
+
+
+@pytest.mark.parametrize("mode, frac", [("static", None), ("compact", 0.5)])
+@pytest.mark.parametrize("drafter", ["vanilla", "gated", "rnn"])
+def test_toy_drafter_tau(benchmark, drafter, mode, frac):
+    def run():
+        eng = _engine(drafter, mode, force_budget_frac=frac)
+        eng.generate(_requests(32))
+        return eng
+
+    eng = benchmark.pedantic(run, rounds=2, iterations=1)
+    tau = _tau(eng)
+    assert 1.0 <= tau <= GAMMA + 1
+    benchmark.extra_info.update(tau=tau, target_tokens=sum(r.target_tokens for r in eng.records), steps=len(eng.records))
+
+
+def test_step_time_over_forward_time_at_bs64(benchmark):
+    def setup():
+        eng = _engine("vanilla", "compact", force_budget_frac=0.5)
+        eng.prefill(_requests(64))
+        eng.step()  # past the first (verify-all) decode
+        return (eng,), {}
+
+    benchmark.pedantic(lambda eng: eng.step(), setup=setup, rounds=10, iterations=1)
+    eng = setup()[0][0]
+    rows = eng.rows
+    prev2 = torch.tensor([st.cache_tokens[-1] for st in rows])
+    cand = torch.randint(0, V, (BS, GAMMA + 1))
+    noise = torch.zeros(BS, GAMMA, V, dtype=torch.float64)
+    t0 = time.perf_counter()
+    for _ in range(10):
+        TARGET.forward_pairs(prev2, cand)
+        eng.drafter.draft_block([st.cache_tokens for st in rows], [st.draft_ctx for st in rows], cand[:, 0], GAMMA,
+                                torch.zeros(BS, dtype=torch.float64), noise, GAMMA)
+    forward = (time.perf_counter() - t0) / 10
+    ratio = benchmark.stats.stats.median / forward
+    benchmark.extra_info.update(forward_seconds=forward, step_over_forward=ratio)
+    assert ratio > 0  # informational: the step adds planning, verify and bookkeeping to the two forwards

@@ -1,0 +1,132 @@
+"""End-to-end behaviour of the reference engine on the toy models (the stateful contracts cover the rest)."""
+
+import pytest
+import torch
+
+from dspark.engine import VERIFY_MODES, DSparkConfig, DSparkEngine, Request, SamplingParams
+from dspark.toy_models import DRAFTERS, ToyTarget, make_drafter, target_greedy_decode
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Small float64 tensors run faster on one intra-op thread; restored afterwards."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+V = 8
+TARGET = ToyTarget(V, seed=1)
+
+
+def _engine(drafter="vanilla", **cfg):
+    return DSparkEngine(TARGET, make_drafter(drafter, TARGET), DSparkConfig(**cfg))
+
+
+def _requests(n, max_new=9, temperature=0.0, eos=None):
+    return [Request(i, (i % V, (3 * i + 1) % V), SamplingParams(temperature, 0, max_new, eos)) for i in range(n)]
+
+
+@pytest.mark.parametrize("mode", VERIFY_MODES)
+@pytest.mark.parametrize("drafter", DRAFTERS)
+def test_greedy_generation_is_plain_greedy_decoding(mode, drafter):
+    eng = _engine(drafter, gamma=3, verify_mode=mode, force_budget_frac=None if mode == "static" else 0.5)
+    reqs = _requests(4, eos=5)
+    out = eng.generate(reqs)
+    for r in reqs:
+        assert out[r.rid] == target_greedy_decode(TARGET, r.prompt, r.params.max_new_tokens, r.params.eos_id)
+
+
+def test_oracle_drafter_emits_gamma_plus_one_tokens_per_forward():
+    eng = _engine("oracle", gamma=4)
+    eng.generate(_requests(3, max_new=1 + 5 * 4))
+    assert all(r.commit_lens == [5] * len(r.rids) for r in eng.records)
+
+
+def test_compact_mode_runs_only_the_verified_rows():
+    eng = _engine(gamma=3, verify_mode="compact", force_budget_frac=0.25, capture_bs=(1, 2, 4, 8))
+    eng.generate(_requests(4, max_new=12))
+    for rec in eng.records:
+        assert rec.target_tokens == sum(rec.verify_lens)
+        if rec.graph_num_tokens is not None:
+            assert rec.graph_num_tokens >= rec.target_tokens
+    assert any(not all(L == 4 for L in rec.verify_lens) for rec in eng.records)
+
+
+def test_first_decode_verifies_all_then_the_planner_takes_over():
+    eng = _engine(gamma=3, verify_mode="cap-accept", force_budget_frac=0.25)
+    eng.prefill(_requests(2, max_new=20))
+    first = eng.step()
+    assert first.planned == [False, False] and first.verify_lens == [4, 4] and first.budget is None
+    second = eng.step()
+    assert second.planned == [True, True] and second.budget == 1  # floor(0.25 * 2 * 3)
+    assert sum(L - 1 for L in second.verify_lens) <= 1
+
+
+def test_pd_handoff_and_local_prefill_agree():
+    reqs = _requests(3, max_new=10, temperature=1.0)
+    local = _engine(gamma=2, seed=7).generate(reqs)
+    prefill, decode = _engine(gamma=2, seed=7), _engine(gamma=2, seed=7, enable_overlap=True)
+    decode.accept_handoff(prefill.prefill_for_handoff(reqs))
+    decode.run_to_completion()
+    assert {r.rid: decode.done[r.rid].output for r in reqs} == local
+
+
+def test_overlap_toggles_mid_run_change_nothing():
+    reqs = _requests(3, max_new=12, temperature=0.7)
+    plain = _engine(gamma=3, seed=3).generate(reqs)
+    eng = _engine(gamma=3, seed=3)
+    eng.prefill(reqs)
+    n = 0
+    while eng.batch is not None:
+        eng.set_overlap(n % 2 == 0)
+        eng.step()
+        n += 1
+    assert {r.rid: eng.done[r.rid].output for r in reqs} == plain
+
+
+def test_finished_requests_leave_and_new_ones_join():
+    eng = _engine(gamma=2, pool_size=3)
+    eng.prefill(_requests(2, max_new=3))
+    eng.step()
+    eng.prefill([Request(10, (1, 1), SamplingParams(max_new_tokens=6))])
+    eng.run_to_completion()
+    assert set(eng.done) == {0, 1, 10} and eng.batch is None and sorted(eng.free_rows) == [0, 1, 2]
+    assert eng.done[10].output == target_greedy_decode(TARGET, (1, 1), 6)
+
+
+def test_same_seed_same_records():
+    def run():
+        eng = _engine(gamma=3, verify_mode="compact", seed=11)
+        eng.generate(_requests(4, max_new=8, temperature=1.0))
+        return [(r.verify_lens, r.commit_lens, r.emitted) for r in eng.records]
+    assert run() == run()
+
+
+def test_cache_is_recompute_from_scratch():
+    eng = _engine(gamma=3)
+    eng.prefill(_requests(2, max_new=15))
+    for _ in range(3):
+        eng.step()
+    for st in eng.rows:
+        committed = st.prompt + st.output[:-1]
+        assert st.cache_tokens == committed
+        _, hidden = TARGET.forward([], committed)
+        assert torch.allclose(st.draft_ctx, hidden)
+
+
+def test_sample_from_anchor_off_drafts_gamma_tokens():
+    eng = _engine(gamma=3, sample_from_anchor=False)
+    assert eng.proposer.query_token_num == 4
+    reqs = _requests(2, max_new=8)
+    out = eng.generate(reqs)
+    assert all(out[r.rid] == target_greedy_decode(TARGET, r.prompt, 8) for r in reqs)
+
+
+def test_demo_runs(capsys):
+    from dspark import demo
+
+    assert demo.main(["--gamma", "3", "--max-new", "8", "--bs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "verify_lens" in out and "plain greedy decoding of the target: True" in out

@@ -1,0 +1,131 @@
+"""Bad inputs to the reference engine: a ValueError naming the field, at construction or admission, with state untouched."""
+
+import pytest
+import torch
+
+from dspark import planner
+from dspark.engine import DSparkConfig, DSparkEngine, Request, SamplingParams
+from dspark.toy_models import ToyTarget, make_drafter
+
+V = 8
+TARGET = ToyTarget(V, seed=0)
+
+
+def _engine(**cfg):
+    return DSparkEngine(TARGET, make_drafter("vanilla", TARGET), DSparkConfig(**cfg))
+
+
+@pytest.mark.parametrize("cfg, field", [
+    (dict(gamma=0), "gamma"),
+    (dict(gamma=-2), "gamma"),
+    (dict(verify_mode="ragged"), "verify_mode"),
+    (dict(gamma=3, min_verify_len=4, max_verify_len=3), "min_verify_len"),
+    (dict(gamma=3, max_verify_len=5), "max_verify_len"),
+    (dict(gamma=3, max_verify_len=0), "max_verify_len"),
+    (dict(min_verify_len=-1), "min_verify_len"),
+    (dict(mask_token_id=V), "mask_token_id"),
+    (dict(mask_token_id=-1), "mask_token_id"),
+    (dict(force_budget_frac=0.0), "force_budget_frac"),
+    (dict(force_budget_frac=1.01), "force_budget_frac"),
+    (dict(force_budget_frac=-0.25), "force_budget_frac"),
+    (dict(sps_table={"sample_batch_tokens": [1, 2]}), "sps_table"),
+    (dict(survival_eps=-1.0), "survival_eps"),
+    (dict(pool_size=0), "pool_size"),
+    (dict(max_context_len=0), "max_context_len"),
+    (dict(capture_bs=(4, 0)), "capture_bs"),
+    (dict(verify_backend="cuda"), "verify_backend"),
+])
+def test_invalid_config_names_the_field(cfg, field):
+    with pytest.raises(ValueError, match=field):
+        _engine(**cfg)
+
+
+def test_gamma_must_be_an_int():
+    with pytest.raises(TypeError, match="gamma"):
+        _engine(gamma=2.5)
+
+
+def test_sps_probes_must_increase():
+    with pytest.raises(ValueError, match="sample_batch_tokens"):
+        _engine(sps_table=planner.SpsCostTable((8, 4), (1.0, 2.0)))
+
+
+def test_drafter_vocabulary_must_match():
+    with pytest.raises(ValueError, match="drafter"):
+        DSparkEngine(TARGET, make_drafter("vanilla", ToyTarget(V + 1)), DSparkConfig())
+
+
+@pytest.mark.parametrize("req, field", [
+    (Request(0, (), SamplingParams()), "prompt"),
+    (Request(0, (1, V), SamplingParams()), "prompt"),
+    (Request(0, (1, -1), SamplingParams()), "prompt"),
+    (Request(0, (1,), SamplingParams(max_new_tokens=0)), "max_new_tokens"),
+    (Request(0, (1,), SamplingParams(temperature=-1.0)), "temperature"),
+    (Request(0, (1,), SamplingParams(eos_id=V)), "eos_id"),
+    (Request(0, (1,) * 40, SamplingParams(max_new_tokens=20)), "prompt"),  # longer than its pool slot
+])
+def test_invalid_request_names_the_field_and_admits_nothing(req, field):
+    eng = _engine(gamma=3, max_context_len=64)
+    with pytest.raises(ValueError, match=field):
+        eng.prefill([Request(1, (2, 3), SamplingParams()), req])
+    assert eng.batch is None and eng.rows == [] and len(eng.free_rows) == eng.config.pool_size
+
+
+def test_request_id_in_use():
+    eng = _engine()
+    eng.prefill([Request(3, (1, 2), SamplingParams(max_new_tokens=4))])
+    with pytest.raises(ValueError, match="rid"):
+        eng.prefill([Request(3, (1,), SamplingParams())])
+
+
+def test_request_ids_distinct_within_one_call():
+    with pytest.raises(ValueError, match="rid"):
+        _engine().prefill([Request(1, (1,), SamplingParams()), Request(1, (2,), SamplingParams())])
+
+
+def test_pool_exhaustion():
+    eng = _engine(pool_size=2)
+    with pytest.raises(RuntimeError, match="pool_size"):
+        eng.prefill([Request(i, (1, 2), SamplingParams(max_new_tokens=5)) for i in range(3)])
+
+
+def test_step_without_requests_and_unknown_abort():
+    eng = _engine()
+    with pytest.raises(RuntimeError, match="no live request"):
+        eng.step()
+    with pytest.raises(KeyError, match="rid"):
+        eng.abort(7)
+
+
+def test_a_step_whose_relay_was_not_published_raises():
+    """Overlap on: step N+1 reads what step N published; a consumed (stale) relay row must not be read again."""
+    eng = _engine(enable_overlap=True)
+    eng.prefill([Request(0, (1, 2), SamplingParams(max_new_tokens=8))])
+    eng.step()
+    eng.future_map.resolve_seq_lens(eng.batch)  # someone consumed step 1's publish
+    with pytest.raises(RuntimeError, match="stale relay"):
+        eng.step()
+
+
+def test_handoff_without_overlap_relay_raises_on_a_non_future_map():
+    eng = _engine(enable_overlap=True)
+    eng.future_map = object()
+    with pytest.raises(TypeError, match="future_map"):
+        eng.accept_handoff(_engine().prefill_for_handoff([Request(0, (1, 2), SamplingParams(max_new_tokens=4))]))
+
+
+def test_verify_lens_are_checked_by_the_layout():
+    with pytest.raises(TypeError, match="verify_lens"):
+        planner.RaggedVerifyLayout.from_lens(torch.tensor([1.0]), 4)
+
+
+def test_runtime_budget_fraction_update_is_validated():
+    eng = _engine()
+    eng.update_internal_state(dspark_force_budget_frac=0.5)
+    assert eng.config.force_budget_frac == 0.5
+    for bad in (0.0, 2.0, "half"):
+        with pytest.raises(ValueError, match="force_budget_frac"):
+            eng.update_internal_state(dspark_force_budget_frac=bad)
+    assert eng.config.force_budget_frac == 0.5
+    eng.update_internal_state(dspark_force_budget_frac=None)
+    assert eng.config.force_budget_frac is None

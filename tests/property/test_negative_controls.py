@@ -6,6 +6,7 @@ table are checked against each other too.
 
 import pytest
 from hypothesis import Phase
+from hypothesis.errors import FlakyFailure
 
 from contracts.adapters.reference import ReferenceAdapter
 from contracts.registry import all_contracts
@@ -27,11 +28,17 @@ def test_every_contract_has_a_negative_control():
 @pytest.mark.parametrize("mutant, contract_id", CASES)
 def test_mutant_is_caught(mutant, contract_id):
     contract, engine = CONTRACTS[contract_id], ReferenceAdapter()
-    with mutant.active(), pytest.raises(ContractViolation) as caught:
+    with mutant.active(), pytest.raises((ContractViolation, FlakyFailure)) as caught:
         # Pinned @examples are left out: the strategy itself must find the bug, then shrink it.
         run_contract(contract, engine, derandomize=True, database=None, max_examples=200,
                      phases=[Phase.generate, Phase.shrink])
     violation = caught.value
+    if isinstance(violation, FlakyFailure):
+        # A nondeterministic mutant (e.g. unseeded noise) can pass on a replay during shrinking;
+        # the failure it did produce must still be this contract's violation.
+        violation = next(e for e in violation.exceptions if isinstance(e, ContractViolation))
+        assert violation.contract_id == contract_id
+        return
     assert violation.contract_id == contract_id and violation.engine == "reference"
     assert violation.repro and "expected" in str(violation)
     if contract.cases is not None:

@@ -7,6 +7,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -56,9 +58,10 @@ def test_collect_only_needs_no_engine():
 
 
 def test_gpu_marker_selection_skips_cleanly_without_gpu():
-    p = run("-m", "pytest", "-q", "-m", "b300", "-p", "no:cacheprovider", "tests/gpu", "contracts/suite")
     import torch
 
-    if not torch.cuda.is_available():
-        assert p.returncode in (0, 5), p.stdout + p.stderr
-        assert " failed" not in p.stdout
+    if torch.cuda.is_available():
+        pytest.skip("this checks the behaviour on a machine without CUDA")
+    p = run("-m", "pytest", "-q", "-m", "b300", "-p", "no:cacheprovider", "tests/gpu", "contracts/suite")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "skipped" in p.stdout and " failed" not in p.stdout and " passed" not in p.stdout

@@ -17,6 +17,7 @@ it takes and returns live in `dspark.engine_types`.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
@@ -58,6 +59,7 @@ class DSparkConfig:
 
 
 def _check_config(cfg: DSparkConfig, vocab: int) -> DSparkConfig:
+    cfg = dataclasses.replace(cfg)  # the engine's own copy: defaults filled here must not leak into the caller's config
     _validate.positive_int("gamma", cfg.gamma)
     if cfg.verify_mode not in VERIFY_MODES:
         raise ValueError(f"verify_mode: expected one of {VERIFY_MODES}, got {cfg.verify_mode!r}")
@@ -180,8 +182,21 @@ class DSparkEngine:
             raise RuntimeError(f"pool_size: no free request slot (all {self.config.pool_size} in use)")
         return self.free_rows.pop(0)
 
+    def _check_handoffs(self, handoffs: Sequence[PrefillHandoff]) -> None:
+        """Every handoff is checked before any state changes, so a bad one admits nothing."""
+        for i, h in enumerate(handoffs):
+            if isinstance(h.first_token, bool) or not isinstance(h.first_token, int) or not 0 <= h.first_token < self.vocab_size:
+                raise ValueError(f"handoffs[{i}].first_token: expected a token id in [0, {self.vocab_size}), got {h.first_token!r}")
+            if isinstance(h.committed_len, bool) or not isinstance(h.committed_len, int) or h.committed_len < 0:
+                raise ValueError(f"handoffs[{i}].committed_len: expected a non-negative int, got {h.committed_len!r}")
+            if len(h.kv_tokens) != h.committed_len:
+                raise ValueError(f"handoffs[{i}].kv_tokens: {len(h.kv_tokens)} tokens for committed_len {h.committed_len}")
+            if not isinstance(h.kv_hiddens, torch.Tensor) or h.kv_hiddens.dim() < 1 or h.kv_hiddens.shape[0] != h.committed_len:
+                raise ValueError(f"handoffs[{i}].kv_hiddens: expected a tensor with {h.committed_len} rows")
+
     def _admit(self, handoffs: Sequence[PrefillHandoff], *, prebuilt: bool) -> None:
         self._check_requests([Request(h.rid, h.prompt, h.params) for h in handoffs])
+        self._check_handoffs(handoffs)
         if len(handoffs) > len(self.free_rows):
             raise RuntimeError(f"pool_size: {len(handoffs)} requests but {len(self.free_rows)} free slots")
         states = []
@@ -235,7 +250,7 @@ class DSparkEngine:
                 st.finish_reason = "abort"
                 self._leave([i])
                 return
-        raise KeyError(f"rid: no live request {rid}")
+        raise ValueError(f"rid: no live request {rid}")
 
     def set_overlap(self, on: bool) -> None:
         """Switch overlap scheduling; live rows move into (seed) or out of (resolve) the relay."""
@@ -258,7 +273,8 @@ class DSparkEngine:
 
     def update_internal_state(self, *, dspark_force_budget_frac: Optional[float] = None) -> None:
         """SGLang's runtime update: force (or, with None, stop forcing) the verify budget fraction."""
-        self.config.force_budget_frac = planner.check_budget_frac(dspark_force_budget_frac)
+        frac = planner.check_budget_frac(dspark_force_budget_frac)
+        self.config = dataclasses.replace(self.config, force_budget_frac=frac)
 
     @property
     def live(self) -> List[RequestState]:

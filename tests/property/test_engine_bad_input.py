@@ -93,7 +93,7 @@ def test_step_without_requests_and_unknown_abort():
     eng = _engine()
     with pytest.raises(RuntimeError, match="no live request"):
         eng.step()
-    with pytest.raises(KeyError, match="rid"):
+    with pytest.raises(ValueError, match="rid"):
         eng.abort(7)
 
 
@@ -129,3 +129,29 @@ def test_runtime_budget_fraction_update_is_validated():
     assert eng.config.force_budget_frac == 0.5
     eng.update_internal_state(dspark_force_budget_frac=None)
     assert eng.config.force_budget_frac is None
+
+
+def test_engine_does_not_change_the_callers_config():
+    cfg = DSparkConfig(gamma=3)
+    DSparkEngine(TARGET, make_drafter("vanilla", TARGET), cfg)
+    assert cfg.max_verify_len is None and cfg.mask_token_id is None  # defaults filled on the engine's own copy
+    small = ToyTarget(4, seed=0)
+    DSparkEngine(small, make_drafter("vanilla", small), cfg)  # the same config serves another vocabulary
+
+
+@pytest.mark.parametrize("change, field", [
+    (dict(first_token=V), "first_token"),
+    (dict(first_token=-1), "first_token"),
+    (dict(kv_hiddens=None), "kv_hiddens"),
+    (dict(committed_len=-1), "committed_len"),
+])
+def test_bad_handoff_names_the_field_and_admits_nothing(change, field):
+    import dataclasses
+
+    prefill, decode = _engine(gamma=3), _engine(gamma=3)
+    good, other = prefill.prefill_for_handoff([Request(0, (1, 2), SamplingParams(max_new_tokens=4)),
+                                               Request(1, (3, 4), SamplingParams(max_new_tokens=4))])
+    free = list(decode.free_rows)
+    with pytest.raises(ValueError, match=field):
+        decode.accept_handoff([good, dataclasses.replace(other, **change)])
+    assert decode.free_rows == free and decode.live == [] and decode.done == {}

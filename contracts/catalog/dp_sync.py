@@ -65,7 +65,9 @@ def non_padded_count(engine, case):
     n = case.bs * case.draft_width
     expect_equal("input_ids.numel()", n, obs.input_ids_numel)
     after = obs.after
-    expect_equal("num_token_non_padded_cpu", n, after["num_token_non_padded_cpu"])
+    host = after["num_token_non_padded_cpu"]
+    expect(isinstance(host, int) and not isinstance(host, bool), "num_token_non_padded_cpu", "a host int", type(host).__name__)
+    expect_equal("num_token_non_padded_cpu", n, host)
     fields = ["num_token_non_padded"] + (["global_num_token_non_padded"] if _syncs(case) else [])
     if _syncs(case):
         expect_equal("global_num_token_non_padded_cpu", n, after["global_num_token_non_padded_cpu"])
@@ -93,7 +95,7 @@ def early_return_writes_nothing(engine, case):
         expect_equal(field, obs.before[field], obs.after[field])
 
 
-@contract("DPSYNC-007", "the proposer's fill and init_mlp_sync_metadata agree on the same inputs",
+@contract("DPSYNC-007", "the proposer's fill and init_mlp_sync_metadata write the same DP count fields on the same inputs",
           requires={DP_METADATA}, cases=lambda: dp_sync_cases(dp_moe_sync=True, counts_present=True),
           examples=(SEED_CASE, SEED_COORDINATED))
 def fill_agrees_with_init_mlp_sync(engine, case):
@@ -103,21 +105,10 @@ def fill_agrees_with_init_mlp_sync(engine, case):
         expect_equal(f"{field} (fill vs init_mlp_sync_metadata)", generic[field], fill[field])
 
 
-@contract("SCALE-001", "spec_scale_global_num_tokens multiplies each rank's count by the width, preserving length, order and zeros",
+@contract("SCALE-001", "spec_scale_global_num_tokens multiplies each rank's count by the width, so it preserves length, "
+          "order and zeros and is linear",
           requires={DP_METADATA}, cases=scaling_cases)
 def scaling_is_elementwise(engine, case):
     scaled, scaled_lp = engine.scale_global_num_tokens(case.counts, case.other_counts, case.width, case.logprob_width)
     expect_equal("scaled counts", [c * case.width for c in case.counts], list(scaled))
     expect_equal("scaled logprob counts", [c * case.logprob_width for c in case.other_counts], list(scaled_lp))
-
-
-@contract("SCALE-002", "spec_scale_global_num_tokens is linear: scale(a + b) == scale(a) + scale(b)",
-          requires={DP_METADATA}, cases=scaling_cases)
-def scaling_is_linear(engine, case):
-    a, b, w = case.counts, case.other_counts, case.width
-    total = tuple(x + y for x, y in zip(a, b))
-    sa, sa_lp = engine.scale_global_num_tokens(a, a, w, case.logprob_width)
-    sb, sb_lp = engine.scale_global_num_tokens(b, b, w, case.logprob_width)
-    st, st_lp = engine.scale_global_num_tokens(total, total, w, case.logprob_width)
-    expect_equal("scale(a + b)", [x + y for x, y in zip(sa, sb)], list(st))
-    expect_equal("scale_logprob(a + b)", [x + y for x, y in zip(sa_lp, sb_lp)], list(st_lp))

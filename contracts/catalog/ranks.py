@@ -110,8 +110,8 @@ def gathered_rows_intact(engine):
                                    f"first rows {list(got[:3])}")
 
 
-@contract("RANKS-005", "idle DP ranks join every collective: every rank enters the same collectives each step and the "
-          "run completes within the collective timeout (no deadlock)",
+@contract("RANKS-005", "idle DP ranks join every collective: every rank, idle or not, enters as many collectives as its "
+          "peers each step and the run completes within the collective timeout (no deadlock)",
           requires={RANKS})
 def idle_ranks_join_every_collective(engine):
     for scenario, s, r, o in _each(engine):

@@ -29,6 +29,6 @@ def test_a_known_failure_that_passes_fails_the_run(pytester):
             monkeypatch.setattr(ledger, "LEDGER", (KnownFailure("reference", "SCALE-001", "evidence: pretend"),))
     """)
     pytester.makepyfile(test_x="from contracts.suite.test_contracts import test_contract")
-    result = pytester.runpytest("-k", "SCALE-001 or SCALE-002", "-p", "no:cacheprovider")
+    result = pytester.runpytest("-k", "SCALE-001 or DPSYNC-001", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*in the known-failures ledger: remove the entry*"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from contracts import oracle  # float64 laws of the target alone (no engine code)
 from contracts.boundary.verify import VerifyCase, VerifyInputs
 from contracts.checks import expect, expect_equal
 from contracts.protocol import VERIFY, VERIFY_INJECTED_NOISE
@@ -25,7 +26,6 @@ from contracts.scenarios.verify import (
     verify_step,
 )
 from contracts.strategies.verify import TIE_CASE, build, build_dyadic, build_markov, dyadic_cases, markov_cases, verify_cases
-from dspark.verify import oracle  # float64 laws of the target alone (no engine code)
 
 INJECTED = {VERIFY, VERIFY_INJECTED_NOISE}
 LAW_ATOL = 1e-9

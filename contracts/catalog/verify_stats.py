@@ -8,7 +8,7 @@ family-wise false-alarm budget of 1e-6 (Bonferroni) and must also exceed an
 effect-size floor (total variation 0.005) to fail; a token the law gives
 probability 0 fails at once. See `contracts.stats`.
 
-Scenario laws come from `dspark.verify.oracle` (float64, the target and draft
+Scenario laws come from `contracts.oracle` (float64, the target and draft
 alone, no engine code) or are written out below.
 """
 
@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import torch
 
-from contracts import stats
+from contracts import oracle, stats
 from contracts.boundary.verify import VerifyInputs
 from contracts.checks import expect
 from contracts.protocol import VERIFY
 from contracts.registry import contract
 from contracts.scenarios.verify import verify_step
 from contracts.strategies.verify import family_rows
-from dspark.verify import oracle
 
 SEED = 20261130
 N_POSITIONAL = 40_000  # rows per positional scenario
@@ -106,7 +105,8 @@ def _block_counts(r, rows) -> dict:
 
 @contract("LOSSLESS-004", "Monte-Carlo, whole block: with a Markov target, sampled and one-hot Markov drafts and each verify "
           "length L in 1..gamma+1, the law of the emitted block (accepted drafts + bonus) is the exact chain-sampling "
-          "law, itself lossless (chi-square over blocks, family-wise false alarm <= 1e-6)",
+          "law from the float64 oracle (chi-square over blocks, family-wise false alarm <= 1e-6); the oracle's own "
+          "losslessness is LOSSLESS-002's subject",
           requires={VERIFY}, marks=("stat",))
 def block_goodness_of_fit(engine):
     gen = torch.Generator().manual_seed(SEED + 1)

@@ -137,7 +137,8 @@ def coin_thresholds(engine, e: Enumeration):
     n = index.numel()
     ends = rejects(torch.stack([torch.zeros(n, dtype=torch.float64), torch.full((n,), MAX_COIN, dtype=torch.float64)], 1))
     at_zero, at_max = ~ends[:, 0], ~ends[:, 1]
-    lo, hi = _search(rejects, torch.zeros(n, dtype=torch.float64), torch.ones(n, dtype=torch.float64), COIN_BITS)
+    # Search below MAX_COIN, a coin seen rejected: a bracket ending at 1.0 could hand the engine a coin of 1.
+    lo, hi = _search(rejects, torch.zeros(n, dtype=torch.float64), torch.full((n,), MAX_COIN, dtype=torch.float64), COIN_BITS)
     tau = torch.where(at_max, 1.0, torch.where(at_zero, (lo + hi) / 2, 0.0))
     # Coins the engine was seen to accept (lo) and to reject (hi, or 0 when it rejects everything).
     accept_coin = torch.where(at_max, MAX_COIN, lo)

@@ -3,8 +3,8 @@
 Each op has a torch reference (``reference.py``, the specification) and a
 Triton kernel (``triton_kernels.py``, imported lazily) with the same
 signature; the functions exported here validate their arguments and pick one
-(``backend="auto" | "torch" | "triton"``). Float64 laws for contracts live in
-``oracle.py``.
+(``backend="auto" | "torch" | "triton"``). The independent float64 laws the
+contracts compare against live in ``contracts/oracle.py``.
 """
 
 from .dispatch import finalize, greedy_accept, mixed_accept, sampling_accept

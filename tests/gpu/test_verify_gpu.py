@@ -11,6 +11,7 @@ import math
 import pytest
 import torch
 
+from contracts import oracle
 from dspark.verify import (
     AcceptOut,
     draw_coins,
@@ -18,7 +19,6 @@ from dspark.verify import (
     finalize,
     greedy_accept,
     mixed_accept,
-    oracle,
     sampling_accept,
 )
 

@@ -8,12 +8,12 @@ integrating something meaningless.
 import pytest
 import torch
 
+from contracts import oracle
 from contracts.adapters.reference import ReferenceAdapter
 from contracts.boundary.verify import AcceptResult
 from contracts.scenarios.verify import derived_block_law, markov_enumeration
 from contracts.strategies.verify import family_rows
 from contracts.violation import Mismatch
-from dspark.verify import oracle
 
 
 def _toy(seed=3, v=3):

@@ -16,6 +16,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from contracts import oracle
 from dspark.verify import (
     AcceptOut,
     Finalized,
@@ -24,7 +25,6 @@ from dspark.verify import (
     finalize,
     greedy_accept,
     mixed_accept,
-    oracle,
     reference,
     sampling_accept,
 )

@@ -87,7 +87,11 @@ def test_bench_cpu_greedy_vs_argmax(benchmark, dtype):
     benchmark.extra_info.update(info)
     benchmark.pedantic(ours, rounds=5, iterations=1, warmup_rounds=1)
     _record(f"cpu_greedy_vs_argmax_{str(dtype).removeprefix('torch.')}", info)
-    assert ratio_min < 2.0, f"greedy accept {ratio_min:.2f}x one argmax pass (target 2x)"
+    # The ratio is reported, never asserted (timings are not test outcomes); the result is checked:
+    # untouched rows accept up to their cap, perturbed rows stop before draft 3.
+    out, cap = ours(), torch.clamp(lens - 1, max=gamma)
+    assert torch.equal(out.correct_len[1::2].long(), cap[1::2])
+    assert torch.equal(out.correct_len[::2].long(), torch.minimum(cap[::2], torch.full_like(cap[::2], 2)))
 
 
 # --- GPU ------------------------------------------------------------------------------------

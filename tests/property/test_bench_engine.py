@@ -83,7 +83,7 @@ def test_step_time_over_forward_time_at_bs64(benchmark):
     eng = setup()[0][0]
     rows = eng.rows
     prev2 = torch.tensor([st.cache_tokens[-1] for st in rows])
-    cand = torch.randint(0, V, (BS, GAMMA + 1))
+    cand = torch.randint(0, V, (BS, GAMMA + 1), generator=torch.Generator().manual_seed(0))
     noise = torch.zeros(BS, GAMMA, V, dtype=torch.float64)
     t0 = time.perf_counter()
     for _ in range(10):
@@ -91,6 +91,7 @@ def test_step_time_over_forward_time_at_bs64(benchmark):
         eng.drafter.draft_block([st.cache_tokens for st in rows], [st.draft_ctx for st in rows], cand[:, 0], GAMMA,
                                 torch.zeros(BS, dtype=torch.float64), noise, GAMMA)
     forward = (time.perf_counter() - t0) / 10
-    ratio = benchmark.stats.stats.median / forward
-    benchmark.extra_info.update(forward_seconds=forward, step_over_forward=ratio)
-    assert ratio > 0  # informational: the step adds planning, verify and bookkeeping to the two forwards
+    if benchmark.stats is not None:  # None under --benchmark-disable
+        ratio = benchmark.stats.stats.median / forward
+        benchmark.extra_info.update(forward_seconds=forward, step_over_forward=ratio)
+    # Reported, not asserted: the step adds planning, verify and bookkeeping to the two forwards.

@@ -245,7 +245,7 @@ def test_greedy_parity_gamma(gamma):
 
 
 def test_greedy_parity_int32_inputs_and_empty_batch():
-    logits = torch.randn(3, 3, 20)
+    logits = torch.randn(3, 3, 20, generator=torch.Generator().manual_seed(3))
     cand = _follow_argmax(logits, _ints(0, 1, 2), 20).to(torch.int32)
     _parity(greedy_accept, cand, logits, torch.tensor([3, 2, 1], dtype=torch.int32))
     _parity(greedy_accept, torch.zeros(0, 3, dtype=torch.int64), torch.zeros(0, 3, 20))

@@ -23,7 +23,7 @@ from dspark.dspark_draft import DraftBlockProposer
 from . import Mutant
 
 FAULTY_RANK = 1
-SHORT_TIMEOUT_S = 2.0
+SHORT_TIMEOUT_S = 4.0
 
 
 class _ScaledOriginalProposer(DraftBlockProposer):

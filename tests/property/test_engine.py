@@ -3,17 +3,15 @@
 import pytest
 import torch
 
+from contracts.machine import single_thread
 from dspark.engine import VERIFY_MODES, DSparkConfig, DSparkEngine, Request, SamplingParams
 from dspark.toy_models import DRAFTERS, ToyTarget, make_drafter, target_greedy_decode
 
 
 @pytest.fixture(autouse=True, scope="module")
 def _one_thread():
-    """Small float64 tensors run faster on one intra-op thread; restored afterwards."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+    with single_thread():  # small float64 tensors run faster and steadier on one intra-op thread
+        yield
 
 
 V = 8

@@ -5,6 +5,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from contracts.machine import single_thread
 from dspark.dspark_draft import DraftBlockProposer
 from dspark.toy_models import (
     DRAFTERS,
@@ -20,11 +21,8 @@ from dspark.toy_models import (
 
 @pytest.fixture(autouse=True, scope="module")
 def _one_thread():
-    """Small float64 tensors run faster on one intra-op thread; restored afterwards."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+    with single_thread():  # small float64 tensors run faster and steadier on one intra-op thread
+        yield
 
 
 V = 8

@@ -149,3 +149,9 @@ def positional(rows: torch.Tensor, offset: int = 0) -> Conditional:
     """Context-free per-position laws: ``rows[len(ctx) - offset]`` [V], whatever the tokens."""
     rows = _f64(rows)
     return lambda ctx: rows[len(ctx) - offset]
+
+
+def lowest_argmax(x: torch.Tensor) -> torch.Tensor:
+    """Argmax over the last dim with ties to the lowest index, stated explicitly (NaN-free inputs)."""
+    idx = torch.arange(x.shape[-1])
+    return torch.where(x == x.amax(-1, keepdim=True), idx, x.shape[-1]).amin(-1)

@@ -49,12 +49,6 @@ def _first_bad(bad: torch.Tensor, what: str, expected, observed_of) -> None:
         expect(False, f"{what} (row {b})", expected, observed_of(b))
 
 
-def _lowest_argmax(x: torch.Tensor) -> torch.Tensor:
-    """Argmax over the last dim, ties to the lowest index (NaN-free inputs)."""
-    idx = torch.arange(x.shape[-1])
-    return torch.where(x == x.amax(-1, keepdim=True), idx, x.shape[-1]).amin(-1)
-
-
 def _leading(mask: torch.Tensor) -> torch.Tensor:
     return mask.to(torch.int64).cumprod(1).sum(1)
 
@@ -107,7 +101,7 @@ def greedy_decision(engine, case):
     inputs = build(case)
     require_supported(engine, inputs)
     r = engine.greedy_accept(inputs)
-    pred = _lowest_argmax(inputs.target_logits)  # [bs, gamma+1]
+    pred = oracle.lowest_argmax(inputs.target_logits)  # [bs, gamma+1]
     raw = _leading(_i64(inputs.drafts) == pred[:, :-1])
     capped = torch.minimum(raw, inputs.lens() - 1)
     bonus = pred.gather(1, capped[:, None])[:, 0]
@@ -125,7 +119,7 @@ def greedy_is_plain_greedy_decoding(engine, case):
     target, draft, anchors = build_markov(case)
     bs, v, gamma = case.bs, case.vocab, case.gamma
     logits = target.log()
-    nxt = _lowest_argmax(logits)  # [V]: plain greedy successor of each token
+    nxt = oracle.lowest_argmax(logits)  # [V]: plain greedy successor of each token
     want = gamma + 2
     plain = [anchors]
     for _ in range(want):

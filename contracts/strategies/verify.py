@@ -14,6 +14,7 @@ import random
 import torch
 from hypothesis import strategies as st
 
+from contracts import oracle
 from contracts.boundary.verify import DyadicCase, MarkovCase, VerifyCase, VerifyInputs
 
 # Probability-row shape families. Each maps (generator, rows, vocab) -> float64 [rows, vocab], rows sum to 1.
@@ -71,11 +72,6 @@ def _rows(gen, family: str, n: int, v: int, zero_cols) -> torch.Tensor:
     return table[picks, torch.arange(n)]
 
 
-def _lowest_argmax(rows: torch.Tensor) -> torch.Tensor:
-    idx = torch.arange(rows.shape[-1])
-    return torch.where(rows == rows.amax(-1, keepdim=True), idx, rows.shape[-1]).amin(-1)
-
-
 def _highest_argmax(rows: torch.Tensor) -> torch.Tensor:
     idx = torch.arange(rows.shape[-1])
     return torch.where(rows == rows.amax(-1, keepdim=True), idx, -1).amax(-1)
@@ -88,7 +84,7 @@ def _drafts(gen, mode: str, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         picks = torch.randint(0, len(DRAFT_MODES), (bs,), generator=gen)
         table = torch.stack([_drafts(gen, m, p, q) for m in DRAFT_MODES])
         return table[picks, torch.arange(bs)]
-    best = _lowest_argmax(p[:, :gamma])
+    best = oracle.lowest_argmax(p[:, :gamma])
     if mode == "sampled":
         flat = q.reshape(-1, v)
         return torch.multinomial(flat, 1, generator=gen).reshape(bs, gamma) if flat.shape[0] else best
@@ -100,7 +96,7 @@ def _drafts(gen, mode: str, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         return torch.randint(0, v, (bs, gamma), generator=gen)
     if mode == "early_reject":  # target argmax up to a random position, then a token the target likes least
         cut = torch.randint(0, gamma, (bs, 1), generator=gen)
-        worst = _lowest_argmax(-p[:, :gamma])
+        worst = oracle.lowest_argmax(-p[:, :gamma])
         after = torch.randint(0, v, (bs, gamma), generator=gen)
         pos = torch.arange(gamma)[None, :]
         return torch.where(pos < cut, best, torch.where(pos == cut, worst, after))
@@ -216,7 +212,7 @@ def build_markov(case: MarkovCase):
     zero_cols = torch.rand(v, generator=gen) < 0.3
     target = _rows(gen, case.target_family, v, v, zero_cols)
     if case.draft_family == "target_greedy":
-        draft = torch.nn.functional.one_hot(_lowest_argmax(target), v).to(torch.float64)
+        draft = torch.nn.functional.one_hot(oracle.lowest_argmax(target), v).to(torch.float64)
     else:
         draft = _rows(gen, case.draft_family, v, v, zero_cols)
     return target, draft, torch.randint(0, v, (case.bs,), generator=gen)

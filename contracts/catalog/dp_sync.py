@@ -7,6 +7,8 @@ counts, so startup under DP attention crashed.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from contracts.boundary.dp import COUNT_FIELDS, FLAG_FIELDS
@@ -17,9 +19,9 @@ from contracts.strategies.dp import SEED_CASE, dp_sync_cases, scaling_cases
 
 SCALED = lambda: dp_sync_cases(dp_moe_sync=True, coordination=False, counts_present=True)  # noqa: E731
 COORDINATED = lambda: dp_sync_cases(dp_moe_sync=True, coordination=True, counts_present=True)  # noqa: E731
-SEED_COORDINATED = SEED_CASE.__class__(**{**SEED_CASE.__dict__, "coordination_applied": True,
-                                          "global_num_tokens": (0, 18, 12, 6), "global_num_tokens_for_logprob": (0, 18, 12, 6),
-                                          "bs": 1, "can_run_decode_cuda_graph": False, "is_extend_in_batch": True})
+SEED_COORDINATED = dataclasses.replace(SEED_CASE, coordination_applied=True, global_num_tokens=(0, 18, 12, 6),
+                                       global_num_tokens_for_logprob=(0, 18, 12, 6), can_run_decode_cuda_graph=False,
+                                       is_extend_in_batch=True)
 
 
 def _syncs(case) -> bool:

@@ -6,6 +6,8 @@ first decode crashed on `None.prepare_for_decode`.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from contracts.checks import expect, expect_equal, expect_values
@@ -16,7 +18,7 @@ from contracts.strategies.handoff import SEED_CASE, handoff_cases
 
 ALL = handoff_cases
 OVERLAP = lambda: handoff_cases(overlap=True)  # noqa: E731
-SEED_NO_OVERLAP = SEED_CASE.__class__(**{**SEED_CASE.__dict__, "enable_overlap": False})
+SEED_NO_OVERLAP = dataclasses.replace(SEED_CASE, enable_overlap=False)
 
 
 def _observe(engine, case):

@@ -10,6 +10,8 @@ Statistical (Monte-Carlo) contracts live in `verify_stats`.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from contracts import oracle  # float64 laws of the target alone (no engine code)
@@ -213,7 +215,7 @@ def _batch_independent(engine, case, modes) -> None:
     inputs = build(case)
     gen = torch.Generator().manual_seed(case.seed ^ 0x5EED)
     perm = torch.randperm(inputs.bs, generator=gen)
-    other = build(case.__class__(**{**case.__dict__, "seed": case.seed + 1}))
+    other = build(dataclasses.replace(case, seed=case.seed + 1))
     # Alone; permuted; appended after an unrelated batch.
     layouts = [(inputs.rows(perm), perm), (VerifyInputs.cat([other, inputs]), None)]
     for mode in modes:

@@ -13,6 +13,13 @@ from dspark.schedule_batch import Req, ReqToTokenPool, ScheduleBatch
 from dspark.spec_info import SpecInput, spec_scale_global_num_tokens
 
 POOL = 32
+
+
+class _Width3(SpecInput):
+    num_tokens_per_req = num_tokens_for_logprob_per_req = 3
+
+
+WIDTH_3 = _Width3()
 ints = lambda n, lo=0, hi=POOL - 1: st.lists(st.integers(lo, hi), min_size=n, max_size=n)  # noqa: E731
 
 
@@ -135,20 +142,14 @@ def test_first_decode_without_slot_room_changes_no_request():
 
 @given(st.lists(st.integers(0, 9), min_size=1, max_size=4), st.lists(st.integers(0, 9), min_size=5, max_size=8))
 def test_scaling_rank_lists_of_different_lengths_rejected(counts, logprob_counts):
-    class Width(SpecInput):
-        num_tokens_per_req = num_tokens_for_logprob_per_req = 3
-
     with pytest.raises(ValueError, match="differ in length"):
-        spec_scale_global_num_tokens(Width(), counts, logprob_counts)
+        spec_scale_global_num_tokens(WIDTH_3, counts, logprob_counts)
 
 
 @given(st.lists(st.integers(-50, -1), min_size=1, max_size=4))
 def test_negative_counts_rejected(counts):
-    class Width(SpecInput):
-        num_tokens_per_req = num_tokens_for_logprob_per_req = 3
-
     with pytest.raises(ValueError, match="non-negative"):
-        spec_scale_global_num_tokens(Width(), counts, counts)
+        spec_scale_global_num_tokens(WIDTH_3, counts, counts)
 
 
 def test_unset_width_rejected():

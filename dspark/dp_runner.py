@@ -409,7 +409,47 @@ def _die_with_parent() -> None:
         pass
 
 
-def _rank_main(rank: int, launch: _Launch, program_cls, board, conn, release) -> None:
+@dataclass(frozen=True)
+class _ProgramRef:
+    """A rank program class as data: module, qualname and the directory its top package lives in.
+
+    A spawned rank imports the module afresh. A module that is importable in the parent only
+    because the caller's working directory is on sys.path (``python -m pytest``), or because
+    pytest imported it by path (``--import-mode=importlib``), is found through ``root``.
+    """
+
+    module: str
+    qualname: str
+    root: Optional[str]
+
+    @classmethod
+    def of(cls, program) -> "_ProgramRef":
+        module = sys.modules.get(program.__module__)
+        path = getattr(module, "__file__", None)
+        root = None
+        if path:
+            root = os.path.dirname(os.path.abspath(path))
+            for _ in range(program.__module__.count(".") + (os.path.basename(path) == "__init__.py")):
+                root = os.path.dirname(root)
+        return cls(program.__module__, program.__qualname__, root)
+
+    def resolve(self):
+        import importlib
+
+        try:
+            module = importlib.import_module(self.module)
+        except ModuleNotFoundError:
+            if self.root is None or self.root in sys.path:
+                raise
+            sys.path.insert(0, self.root)
+            module = importlib.import_module(self.module)
+        obj = module
+        for part in self.qualname.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+
+def _rank_main(rank: int, launch: _Launch, program_ref: _ProgramRef, board, conn, release) -> None:
     """Entry point of a rank process. Reports ("ok", obs) or ("error", ...) through `conn`."""
     base = rank * _SLOTS
     try:
@@ -434,7 +474,7 @@ def _rank_main(rank: int, launch: _Launch, program_cls, board, conn, release) ->
         dist.init_process_group(launch.backend, store=store, rank=rank, world_size=launch.cfg.world_size,
                                 timeout=timedelta(seconds=launch.timeout_s))
         board[base + _STATE] = RUNNING
-        program = program_cls(rank, launch.cfg, Collectives(rank, launch.cfg.world_size, board, device))
+        program = program_ref.resolve()(rank, launch.cfg, Collectives(rank, launch.cfg.world_size, board, device))
         obs = program.run()
         board[base + _STATE] = DONE
         conn.send(("ok", obs))
@@ -590,7 +630,7 @@ def run_dp(cfg: DpRunConfig, *, program=None, start_method: Optional[str] = None
     board = ctx.RawArray(ctypes.c_int64, world * _SLOTS)
     release = ctx.Event()
     pipes = [ctx.Pipe(duplex=True) for _ in range(world)]
-    procs = [ctx.Process(target=_rank_main, args=(r, launch, program, board, pipes[r][1], release),
+    procs = [ctx.Process(target=_rank_main, args=(r, launch, _ProgramRef.of(program), board, pipes[r][1], release),
                          name=f"dspark-dp-rank-{r}", daemon=True) for r in range(world)]
     conns = [p[0] for p in pipes]
     t0 = time.monotonic()

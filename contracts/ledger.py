@@ -1,8 +1,12 @@
-"""Known failures: contracts an engine is known to violate, each with its evidence.
+"""Known failures: what an engine version is known to violate, each with its evidence.
 
-An entry must cite an upstream issue or PR (`#NNNN`) or state the evidence
-(`evidence: ...`). A listed contract that starts passing fails the run, so the
-ledger cannot silently outlive the bug.
+An entry names the engine, its exact version, the contract and the failing field
+(a regular expression searched in the violation's field, e.g. ``sampled: bonus``),
+and must cite an upstream issue or PR (``#NNNN``) or state the evidence
+(``evidence: ...``). Only a violation of that field, on that engine version, is
+a known failure: any other failure of the same contract fails the run, and a
+listed contract that starts passing fails the run too, so the ledger can neither
+hide a new regression nor outlive the bug.
 """
 
 from __future__ import annotations
@@ -17,27 +21,33 @@ _CITATION = re.compile(r"(#\d+|evidence: \S)")
 @dataclass(frozen=True)
 class KnownFailure:
     engine: str
+    version: str  # the exact engine version the evidence was taken on
     contract_id: str
+    field: str  # regex searched in ContractViolation.what
     reason: str
 
     def __post_init__(self):
         if not _CITATION.search(self.reason):
             raise ValueError(f"reason: a known failure must cite '#NNNN' or 'evidence: ...', got {self.reason!r}")
+        if not self.version:
+            raise ValueError("version: a known failure names the exact engine version it was seen on")
+        try:
+            re.compile(self.field)
+        except re.error as e:
+            raise ValueError(f"field: not a regular expression ({e}): {self.field!r}") from None
+
+    def matches(self, violation) -> bool:
+        return violation.contract_id == self.contract_id and re.search(self.field, violation.what) is not None
 
 
-LEDGER: tuple = (
-    KnownFailure(
-        "sglang", "VERIFY-002",
-        "evidence: sglang 0.5.23 BuildOutTokens (kernels/ops/speculative/dspark/dspark_verify_window.py) leaves the "
-        "left-over drafts and a 0 past commit_len instead of -1 placeholders; its readers slice out_tokens[:commit_len] "
-        "(batch_result_processor._resolve_spec_v2_tokens), so nothing reads them today, but a reader that trusts the row "
-        "width would emit rejected drafts",
-    ),
-)
+LEDGER: tuple = ()
 
 
-def lookup(engine: str, contract_id: str, ledger=None) -> Optional[KnownFailure]:
-    for entry in LEDGER if ledger is None else ledger:
-        if entry.engine == engine and entry.contract_id == contract_id:
-            return entry
-    return None
+def entries(engine: str, version: str, contract_id: str, ledger=None) -> tuple:
+    """The entries that apply to this engine version and contract."""
+    return tuple(e for e in (LEDGER if ledger is None else ledger)
+                 if e.engine == engine and e.version == version and e.contract_id == contract_id)
+
+
+def match(known: tuple, violation) -> Optional[KnownFailure]:
+    return next((e for e in known if e.matches(violation)), None)

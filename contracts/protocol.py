@@ -16,6 +16,7 @@ DP_METADATA = "dp-metadata"  # draft forward batch DP/MoE sync metadata; count s
 VERIFY = "verify"  # greedy accept, finalize, and chain sampling with the engine's own randomness (sample_block)
 VERIFY_INJECTED_NOISE = "verify.injected-noise"  # sampling/mixed accept that take coins and resample noise as input
 VERIFY_EMPTY_BATCH = "verify.empty-batch"  # verify ops accept bs == 0 (a DP-idle rank's batch)
+VERIFY_PLACEHOLDERS = "verify.placeholders"  # out_tokens past commit_len hold -1 (a convention, not a law)
 PLANNER = "planner"
 STEP = "step"
 RANKS = "ranks"

@@ -34,6 +34,14 @@ def _draft_input(engine, case):
     return obs, obs.draft_input
 
 
+def _resolved(obs):
+    """What the first overlap decode resolved; a failure of an earlier stage is reported as itself."""
+    expect(obs.first_decode_error is None, "prepare_for_decode (before the first-decode resolve)", "no exception",
+           obs.first_decode_error)
+    expect(obs.resolve_error is None, "first-decode resolve", "no exception", obs.resolve_error)
+    return obs.resolved
+
+
 @contract("HANDOFF-001", "after a PD handoff the decode batch holds a draft input (never None)",
           requires={HANDOFF}, cases=ALL, examples=(SEED_CASE, SEED_NO_OVERLAP))
 def draft_input_present(engine, case):
@@ -67,8 +75,7 @@ def future_indices_seeded(engine, case):
 def no_stale_dsa_seed(engine, case):
     obs, di = _draft_input(engine, case)
     expect(not di.future_dsa_topk_indices_available, "draft_input.future_dsa_topk_indices_available", False, True)
-    expect(obs.resolve_error is None, "first-decode resolve", "no exception", obs.resolve_error)
-    expect(obs.resolved.dsa_topk_indices_is_none, "resolved dsa_topk_indices", None, "a tensor")
+    expect(_resolved(obs).dsa_topk_indices_is_none, "resolved dsa_topk_indices", None, "a tensor")
 
 
 @contract("HANDOFF-006", "with overlap on, seq lens are published before the bonus is stashed, once each, for the handed-over rows",
@@ -85,14 +92,13 @@ def publish_then_stash(engine, case):
           requires={HANDOFF}, cases=OVERLAP, examples=(SEED_CASE,))
 def relay_round_trip(engine, case):
     obs, _ = _draft_input(engine, case)
-    expect(obs.first_decode_error is None, "prepare_for_decode", "no exception", obs.first_decode_error)
-    expect(obs.resolve_error is None, "first-decode resolve", "no exception", obs.resolve_error)
+    resolved = _resolved(obs)
     seq_lens = list(case.seq_lens)
-    expect_values("resolved seq_lens", seq_lens, obs.resolved.seq_lens)
-    if obs.resolved.seq_lens_cpu is not None:
-        expect_values("resolved seq_lens_cpu", seq_lens, obs.resolved.seq_lens_cpu)
-        expect_equal("resolved seq_lens_sum", sum(seq_lens), obs.resolved.seq_lens_sum)
-    expect_values("resolved bonus_tokens", list(case.bonus_tokens), obs.resolved.bonus_tokens)
+    expect_values("resolved seq_lens", seq_lens, resolved.seq_lens)
+    if resolved.seq_lens_cpu is not None:
+        expect_values("resolved seq_lens_cpu", seq_lens, resolved.seq_lens_cpu)
+        expect_equal("resolved seq_lens_sum", sum(seq_lens), resolved.seq_lens_sum)
+    expect_values("resolved bonus_tokens", list(case.bonus_tokens), resolved.bonus_tokens)
     untouched = torch.ones(case.pool_size, dtype=torch.bool)
     untouched[list(case.req_pool_indices)] = False
     for name, before in obs.relay_before.items():

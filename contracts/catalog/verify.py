@@ -17,7 +17,7 @@ import torch
 from contracts import oracle  # float64 laws of the target alone (no engine code)
 from contracts.boundary.verify import VerifyCase, VerifyInputs
 from contracts.checks import expect, expect_equal
-from contracts.protocol import VERIFY, VERIFY_INJECTED_NOISE
+from contracts.protocol import VERIFY, VERIFY_INJECTED_NOISE, VERIFY_PLACEHOLDERS
 from contracts.registry import contract
 from contracts.scenarios.verify import (
     derived_block_law,
@@ -80,9 +80,8 @@ def accept_bounds(engine, case):
                    "prefix_lens + commit_len", lambda b: f"{int(r.new_seq_lens[b])} (prefix {int(inputs.prefix_lens[b])})")
 
 
-@contract("VERIFY-002", "out_tokens holds the accepted drafts, then exactly one bonus, then -1 placeholders",
-          requires={VERIFY}, cases=ALL, examples=(TIE_CASE,))
-def emitted_tokens(engine, case):
+def _emitted_check(engine, case, what: str, region) -> None:
+    """out_tokens against drafts[:correct_len] + [bonus] + [-1, ...], on the slots ``region(slot, c)`` selects."""
     inputs, results = _both_modes(engine, case)
     slot = torch.arange(inputs.gamma + 1)[None, :]
     padded = torch.cat([_i64(inputs.drafts), torch.full((inputs.bs, 1), -1)], 1)
@@ -91,9 +90,21 @@ def emitted_tokens(engine, case):
         expected = torch.where(slot < c, padded, torch.where(slot == c, _i64(r.bonus)[:, None], -1))
         out = _i64(r.out_tokens)
         expect(out.shape == expected.shape, f"{mode}: out_tokens shape", list(expected.shape), list(out.shape))
-        _first_bad((out != expected).any(1), f"{mode}: out_tokens", "drafts[:correct_len] + [bonus] + [-1, ...]",
+        _first_bad(((out != expected) & region(slot, c)).any(1), f"{mode}: out_tokens", what,
                    lambda b: f"{out[b].tolist()} (drafts {inputs.drafts[b].tolist()}, correct_len {int(c[b])}, "
                              f"bonus {int(r.bonus[b])})")
+
+
+@contract("VERIFY-002", "out_tokens is [bs, gamma+1] and its first commit_len slots hold the accepted drafts, then "
+          "exactly one bonus (what the scheduler emits)", requires={VERIFY}, cases=ALL, examples=(TIE_CASE,))
+def emitted_tokens(engine, case):
+    _emitted_check(engine, case, "drafts[:correct_len] + [bonus] in the first commit_len slots", lambda slot, c: slot <= c)
+
+
+@contract("VERIFY-010", "out_tokens past commit_len hold -1 placeholders, so a reader that trusts the row width "
+          "never emits a rejected draft", requires={VERIFY, VERIFY_PLACEHOLDERS}, cases=ALL, examples=(TIE_CASE,))
+def placeholder_slots(engine, case):
+    _emitted_check(engine, case, "-1 in every slot past commit_len", lambda slot, c: slot > c)
 
 
 @contract("VERIFY-003", "greedy: correct_len is the longest draft prefix equal to the target argmax (ties to the lowest "

@@ -1,34 +1,74 @@
-"""The known-failures ledger: entries need evidence, and a fixed bug fails the run."""
+"""The known-failures ledger: entries need evidence and a version, match one field, and a fixed bug fails the run."""
 
 import pytest
 
 from contracts import ledger
 from contracts.ledger import KnownFailure
+from contracts.violation import ContractViolation
+
+
+def _violation(contract_id="VERIFY-001", what="sampled: bonus (row 2)"):
+    return ContractViolation(contract_id, "sglang", "statement", what, "x", "y")
 
 
 def test_entry_without_citation_rejected():
     with pytest.raises(ValueError, match="reason"):
-        KnownFailure("sglang", "HANDOFF-001", "flaky")
+        KnownFailure("sglang", "0.5.23", "HANDOFF-001", "call", "flaky")
 
 
-def test_lookup_matches_engine_and_contract():
-    entries = (KnownFailure("sglang", "HANDOFF-001", "#123 builder returns None"),)
-    assert ledger.lookup("sglang", "HANDOFF-001", entries) is entries[0]
-    assert ledger.lookup("reference", "HANDOFF-001", entries) is None
+def test_entry_without_version_or_with_a_bad_field_rejected():
+    with pytest.raises(ValueError, match="version"):
+        KnownFailure("sglang", "", "HANDOFF-001", "call", "#1")
+    with pytest.raises(ValueError, match="field"):
+        KnownFailure("sglang", "0.5.23", "HANDOFF-001", "(", "#1")
+
+
+def test_entries_match_engine_version_and_contract():
+    entry = KnownFailure("sglang", "0.5.23", "VERIFY-001", r"sampled: bonus", "#123 bonus")
+    assert ledger.entries("sglang", "0.5.23", "VERIFY-001", (entry,)) == (entry,)
+    assert ledger.entries("sglang", "0.5.24", "VERIFY-001", (entry,)) == ()
+    assert ledger.entries("reference", "0.5.23", "VERIFY-001", (entry,)) == ()
+    assert ledger.entries("sglang", "0.5.23", "VERIFY-002", (entry,)) == ()
+
+
+def test_only_the_named_field_is_a_known_failure():
+    entry = KnownFailure("sglang", "0.5.23", "VERIFY-001", r"^sampled: bonus", "#123 bonus")
+    assert ledger.match((entry,), _violation()) is entry
+    assert ledger.match((entry,), _violation(what="greedy: bonus (row 0)")) is None
+    assert ledger.match((entry,), _violation(what="sampled: correct_len (row 0)")) is None
+
+
+_CONFTEST = """
+    import pytest
+    from contracts import ledger
+    from contracts.ledger import KnownFailure
+    pytest_plugins = ['contracts.plugin']
+
+    @pytest.fixture(autouse=True)
+    def pretend_broken(monkeypatch, engine):  # undone after each test, so the outer session is unaffected
+        monkeypatch.setattr(ledger, "LEDGER", (KnownFailure("reference", engine.version, "SCALE-001", {field!r},
+                                                            "evidence: pretend"),))
+        {mutate}
+"""
 
 
 def test_a_known_failure_that_passes_fails_the_run(pytester):
-    pytester.makeconftest("""
-        import pytest
-        from contracts import ledger
-        from contracts.ledger import KnownFailure
-        pytest_plugins = ['contracts.plugin']
-
-        @pytest.fixture(autouse=True)
-        def pretend_broken(monkeypatch):  # undone after each test, so the outer session is unaffected
-            monkeypatch.setattr(ledger, "LEDGER", (KnownFailure("reference", "SCALE-001", "evidence: pretend"),))
-    """)
+    pytester.makeconftest(_CONFTEST.format(field="scaled", mutate="pass"))
     pytester.makepyfile(test_x="from contracts.suite.test_contracts import test_contract")
     result = pytester.runpytest("-k", "SCALE-001 or DPSYNC-001", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*in the known-failures ledger: remove the entry*"])
+
+
+_BREAK_SCALING = ('import dspark.spec_info as si; '
+                  'monkeypatch.setattr(si, "spec_scale_global_num_tokens", lambda w, g, l: ([x + 1 for x in g], list(l)))')
+
+
+def test_a_failure_of_the_listed_field_is_known_and_another_field_is_not(pytester):
+    pytester.makeconftest(_CONFTEST.format(field="^scaled counts$", mutate=_BREAK_SCALING))
+    pytester.makepyfile(test_x="from contracts.suite.test_contracts import test_contract")
+    result = pytester.runpytest("-k", "SCALE-001", "-p", "no:cacheprovider")
+    result.assert_outcomes(xfailed=1)
+    pytester.makeconftest(_CONFTEST.format(field="^scaled logprob counts$", mutate=_BREAK_SCALING))
+    result = pytester.runpytest("-k", "SCALE-001", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)

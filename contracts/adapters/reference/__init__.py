@@ -16,4 +16,4 @@ class ReferenceAdapter(ReferenceHandoff, ReferenceDpMetadata, ReferenceRanks, Re
     version = dspark.__version__
     device = "cpu"
     capabilities = frozenset({protocol.HANDOFF, protocol.DP_METADATA, protocol.RANKS, protocol.PLANNER, protocol.STEP,
-                              protocol.VERIFY, protocol.VERIFY_INJECTED_NOISE, protocol.VERIFY_EMPTY_BATCH})
+                              protocol.VERIFY, protocol.VERIFY_INJECTED_NOISE, protocol.VERIFY_EMPTY_BATCH, protocol.VERIFY_PLACEHOLDERS})

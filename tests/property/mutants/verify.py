@@ -97,6 +97,17 @@ def _finalize_zero_placeholder(prefix_lens, drafts, accept):
     return Finalized(out.commit_len, out.new_seq_lens, out.out_tokens.clamp_min(0))
 
 
+def _finalize_bonus_one_slot_late(prefix_lens, drafts, accept):
+    out = _real_finalize(prefix_lens, drafts, accept)
+    tokens = out.out_tokens.clone()
+    rows = torch.arange(tokens.shape[0])
+    c = accept.correct_len.to(torch.int64)
+    late = c + 1 < tokens.shape[1]
+    tokens[rows[late], c[late] + 1] = tokens[rows[late], c[late]]  # the bonus lands past commit_len ...
+    tokens[rows[late], c[late]] = drafts.to(tokens.dtype)[rows[late], c[late]]  # ... and a rejected draft is emitted
+    return Finalized(out.commit_len, out.new_seq_lens, tokens)
+
+
 def _finalize_anchor_not_committed(prefix_lens, drafts, accept):
     out = _real_finalize(prefix_lens, drafts, accept)
     return Finalized(out.commit_len - 1, out.new_seq_lens - 1, out.out_tokens)
@@ -129,8 +140,10 @@ MUTANTS = [
            lambda mp: mp.setattr(reference, "greedy_accept", _greedy_ties_high)),
     Mutant("greedy-cap-of-another-row", ("VERIFY-001", "VERIFY-008"),
            lambda mp: mp.setattr(reference, "greedy_accept", _greedy_lens_of_wrong_row)),
-    Mutant("placeholder-zero-not-minus-one", ("VERIFY-002",),
+    Mutant("placeholder-zero-not-minus-one", ("VERIFY-010",),
            lambda mp: mp.setattr(reference, "finalize", _finalize_zero_placeholder)),
+    Mutant("bonus-one-slot-late", ("VERIFY-002",),
+           lambda mp: mp.setattr(reference, "finalize", _finalize_bonus_one_slot_late)),
     Mutant("commit-forgets-the-bonus", ("VERIFY-001",),
            lambda mp: mp.setattr(reference, "finalize", _finalize_anchor_not_committed)),
     Mutant("mixed-mask-inverted", ("VERIFY-006",),

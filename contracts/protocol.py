@@ -8,7 +8,8 @@ to the plain dataclasses that cross the boundary.
 
 from __future__ import annotations
 
-from typing import FrozenSet, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import FrozenSet, Mapping, Optional, Protocol, Tuple, runtime_checkable
 
 # Levels (design card: handoff, dp-metadata, verify, planner, step, ranks).
 HANDOFF = "handoff"  # build the decode-side draft input from a PD handoff; a FutureMap relay
@@ -28,3 +29,32 @@ class EngineAdapter(Protocol):
     version: str
     device: str
     capabilities: FrozenSet[str]
+
+
+@dataclass(frozen=True)
+class Capability:
+    """What declaring a capability promises: the methods it adds, and the boundary Protocol listing them."""
+
+    protocol: Optional[str]  # "module:Class" in contracts.boundary; None for a pure flag
+    methods: Tuple[str, ...] = ()  # a pure flag (a promise about behaviour) adds none
+
+
+# The one table the load-time check reads (contracts.validation): a new capability is one entry here,
+# and tests/property/test_cli_validation.py checks each entry against its Protocol.
+CAPABILITIES: Mapping[str, Capability] = {
+    HANDOFF: Capability("contracts.boundary.handoff:HandoffLevel", (
+        "new_future_map", "new_prebuilt_batch", "batch_rows", "process_prebuilt", "draft_input_view", "relay_snapshot",
+        "prepare_for_decode", "resolve_relay")),
+    DP_METADATA: Capability("contracts.boundary.dp:DpMetadataLevel", (
+        "fill_draft_dp_metadata", "init_mlp_sync_metadata", "scale_global_num_tokens")),
+    VERIFY: Capability("contracts.boundary.verify:VerifyLevel", ("greedy_accept", "finalize", "sample_block")),
+    VERIFY_INJECTED_NOISE: Capability("contracts.boundary.verify:VerifyLevel", ("sampling_accept", "mixed_accept")),
+    VERIFY_EMPTY_BATCH: Capability(None),
+    VERIFY_PLACEHOLDERS: Capability(None),
+    PLANNER: Capability("contracts.boundary.engine:PlannerLevel", (
+        "survival", "new_sps_table", "sps_lookup", "verify_token_budget", "schedule_verify_lens", "compact_layout",
+        "pad_verify_lens_to_bucket")),
+    STEP: Capability("contracts.boundary.engine:StepLevel", (
+        "new_engine", "add_requests", "step", "abort", "set_overlap", "request_views", "target_next_logits")),
+    RANKS: Capability("contracts.boundary.ranks:RanksLevel", ("run_rank_scenario",)),
+}

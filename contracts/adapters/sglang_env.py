@@ -252,6 +252,14 @@ def prepare_sglang_import() -> None:
     check_sglang_installed()
     if _PREPARED:
         return
+    import os
+
+    import torch
+
+    if not torch.cuda.is_available() and "triton" not in sys.modules:
+        # SGLang's Triton kernels (the chain sampler, the KV-slot assignment) then run through the
+        # interpreter on CPU tensors. Triton fixes this per kernel when it is decorated, i.e. at import.
+        os.environ.setdefault("TRITON_INTERPRET", "1")
     install_torchvision_stand_in()
     inject_runtime_config()
     import sglang  # noqa: PLC0415 - after the stand-in on purpose

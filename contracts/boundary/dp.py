@@ -26,7 +26,8 @@ ALL_FIELDS = COUNT_FIELDS + NON_PADDED_FIELDS + FLAG_FIELDS
 @dataclass(frozen=True)
 class DpSyncCase:
     bs: int  # local requests (0 = DP-idle rank)
-    draft_width: int  # query_token_num Q: draft tokens per request
+    gamma: int  # draft tokens per block
+    sample_from_anchor: bool  # the anchor query row samples too (SGLang's default)
     global_num_tokens: Optional[Tuple[int, ...]]  # per-rank request counts (token counts if coordination applied)
     global_num_tokens_for_logprob: Optional[Tuple[int, ...]]
     dp_moe_sync: bool  # MoE draft under DP attention
@@ -34,6 +35,11 @@ class DpSyncCase:
     enable_num_token_non_padded: bool
     can_run_decode_cuda_graph: bool
     is_extend_in_batch: bool
+
+    @property
+    def draft_width(self) -> int:
+        """Q, the draft forward's tokens per request, by the algorithm's definition (for contracts, not adapters)."""
+        return self.gamma if self.sample_from_anchor else self.gamma + 1
 
 
 @dataclass(frozen=True)
@@ -49,9 +55,12 @@ class DpSyncObservation:
     before: dict  # field -> value (tensors cloned) right before the call
     after: dict
     input_ids_numel: int
+    built: bool = True  # False: the engine built no draft forward batch (an idle rank with nothing to sync)
 
 
 class DpMetadataLevel(Protocol):
-    def fill_draft_dp_metadata(self, case: DpSyncCase) -> DpSyncObservation: ...  # the proposer's fill on a fresh draft ForwardBatch
+    # The draft forward batch as the engine's proposer builds and fills it for one decode step (or for an
+    # idle rank's participation); the engine derives Q from gamma and sample_from_anchor itself.
+    def fill_draft_dp_metadata(self, case: DpSyncCase) -> DpSyncObservation: ...
     def init_mlp_sync_metadata(self, case: DpSyncCase) -> DpSyncObservation: ...  # the generic fill, draft worker, same inputs
     def scale_global_num_tokens(self, counts, logprob_counts, width: int, logprob_width: int) -> Tuple[list, list]: ...

@@ -18,6 +18,7 @@ class HandoffCase:
     enable_overlap: bool
     pool_size: int
     gamma: int = 5
+    algorithm: str = "dspark"  # a DFlash-family algorithm: "dspark" or "dflash"
 
     @property
     def bs(self) -> int:
@@ -68,6 +69,7 @@ class ResolvedInputs:
 @dataclass
 class HandoffObservation:
     draft_input: Optional[DraftInputView]
+    rows: list = field(default_factory=list)  # the request-pool rows of the batch
     relay_events: list = field(default_factory=list)
     relay_before: dict = field(default_factory=dict)  # buffer name -> tensor
     relay_after: dict = field(default_factory=dict)
@@ -80,8 +82,10 @@ class HandoffObservation:
 class HandoffLevel(Protocol):
     """Thin conversions only: the scenario itself lives in `contracts.scenarios`."""
 
-    def new_future_map(self, pool_size: int) -> Any: ...  # the engine's relay; has publish(indices, seq_lens) / stash(indices, payload)
+    handoff_algorithms: Tuple[str, ...]  # the DFlash-family algorithms whose handoff the engine builds
     def new_prebuilt_batch(self, case: HandoffCase) -> Any: ...  # decode batch as after prepare_for_prebuilt
+    def batch_rows(self, batch) -> list: ...  # the request-pool rows the engine gave the requests, batch order
+    def new_future_map(self, batch) -> Any: ...  # the engine's relay over the batch's pool; has publish / stash
     def process_prebuilt(self, batch, future_map) -> None: ...
     def draft_input_view(self, batch) -> Optional[DraftInputView]: ...  # None when the batch has no draft input
     def relay_snapshot(self, future_map) -> dict: ...  # {"output_tokens_buf": ..., "new_seq_lens_buf": ...}

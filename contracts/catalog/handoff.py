@@ -24,6 +24,8 @@ SEED_NO_OVERLAP = dataclasses.replace(SEED_CASE, enable_overlap=False)
 def _observe(engine, case):
     obs = observe_handoff(engine, case)
     expect(obs.handoff_error is None, "process_prebuilt", "no exception", obs.handoff_error)
+    expect(len(obs.rows) == case.bs and len(set(obs.rows)) == case.bs, "batch request-pool rows",
+           f"{case.bs} distinct rows", obs.rows)
     return obs
 
 
@@ -62,12 +64,14 @@ def seq_lens_preserved(engine, case):
     expect_equal("draft_input.new_seq_lens", torch.tensor(case.seq_lens, dtype=torch.int64), di.new_seq_lens)
 
 
-@contract("HANDOFF-004", "with overlap on, future_indices are seeded from req_pool_indices",
+@contract("HANDOFF-004", "with overlap on, future_indices are the batch's req_pool_indices (the same tensor, not a copy)",
           requires={HANDOFF}, cases=OVERLAP, examples=(SEED_CASE,))
 def future_indices_seeded(engine, case):
-    _, di = _draft_input(engine, case)
-    expect(di.future_indices is not None, "draft_input.future_indices", list(case.req_pool_indices), None)
-    expect_values("draft_input.future_indices", list(case.req_pool_indices), di.future_indices)
+    obs, di = _draft_input(engine, case)
+    expect(di.future_indices is not None, "draft_input.future_indices", obs.rows, None)
+    expect_values("draft_input.future_indices", obs.rows, di.future_indices)
+    expect(di.future_indices_is_req_pool_indices, "draft_input.future_indices is batch.req_pool_indices",
+           "the same tensor (seeded from it, so filter_batch keeps them aligned)", "a copy")
 
 
 @contract("HANDOFF-005", "with overlap on, no stale DSA IndexShare seed is claimed and none is resolved",
@@ -82,7 +86,7 @@ def no_stale_dsa_seed(engine, case):
           requires={HANDOFF}, cases=lambda: handoff_cases(overlap=True, min_bs=1), examples=(SEED_CASE,))
 def publish_then_stash(engine, case):
     obs, _ = _draft_input(engine, case)
-    rows = list(case.req_pool_indices)
+    rows = obs.rows
     expected = [("publish", rows, list(case.seq_lens)), ("stash", rows, list(case.bonus_tokens))]
     observed = [(e.op, e.indices, e.values) for e in obs.relay_events]
     expect(observed == expected, "relay calls", expected, observed)
@@ -99,9 +103,9 @@ def relay_round_trip(engine, case):
         expect_values("resolved seq_lens_cpu", seq_lens, resolved.seq_lens_cpu)
         expect_equal("resolved seq_lens_sum", sum(seq_lens), resolved.seq_lens_sum)
     expect_values("resolved bonus_tokens", list(case.bonus_tokens), resolved.bonus_tokens)
-    untouched = torch.ones(case.pool_size, dtype=torch.bool)
-    untouched[list(case.req_pool_indices)] = False
     for name, before in obs.relay_before.items():
+        untouched = torch.ones(before.shape[0], dtype=torch.bool)
+        untouched[obs.rows] = False
         expect_equal(f"{name} outside the handed-over rows", before[untouched], obs.relay_after[name][untouched])
 
 

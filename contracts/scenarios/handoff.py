@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hypothesis
+
 from contracts.boundary.handoff import HandoffCase, HandoffObservation, RelayEvent
 
 
@@ -31,9 +33,12 @@ def record_relay(future_map) -> list:
 
 
 def observe_handoff(engine, case: HandoffCase) -> HandoffObservation:
-    future_map = engine.new_future_map(case.pool_size)
+    if case.algorithm not in engine.handoff_algorithms:
+        hypothesis.reject()  # an algorithm the engine does not build is not sent to it
     batch = engine.new_prebuilt_batch(case)
-    obs = HandoffObservation(draft_input=None, relay_before=engine.relay_snapshot(future_map))
+    future_map = engine.new_future_map(batch)
+    obs = HandoffObservation(draft_input=None, rows=list(engine.batch_rows(batch)),
+                             relay_before=engine.relay_snapshot(future_map))
     obs.relay_events = record_relay(future_map)
     try:
         engine.process_prebuilt(batch, future_map)

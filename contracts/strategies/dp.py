@@ -6,7 +6,8 @@ from contracts.boundary.dp import DpSyncCase, ScalingCase
 
 # Seed example from the historical DP-attention startup crash: Q=6, counts [1,3,0,2],
 # the local rank holds 1 request, so 6 draft tokens are not padding.
-SEED_CASE = DpSyncCase(bs=1, draft_width=6, global_num_tokens=(1, 3, 0, 2), global_num_tokens_for_logprob=(1, 3, 0, 2),
+SEED_CASE = DpSyncCase(bs=1, gamma=6, sample_from_anchor=True, global_num_tokens=(1, 3, 0, 2),
+                       global_num_tokens_for_logprob=(1, 3, 0, 2),
                        dp_moe_sync=True, coordination_applied=False, enable_num_token_non_padded=True,
                        can_run_decode_cuda_graph=True, is_extend_in_batch=False)
 
@@ -23,9 +24,11 @@ def rank_counts(draw, n_ranks: int, *, local: int | None = None):
 
 @st.composite
 def dp_sync_cases(draw, *, dp_moe_sync=None, coordination=None, counts_present=None) -> DpSyncCase:
-    """1..16 DP ranks, per-rank counts 0..512 with zeros, draft width 1..16, bs 0..64."""
+    """1..16 DP ranks, per-rank counts 0..512 with zeros, gamma 1..16 with or without the anchor row, bs 0..64."""
     bs = draw(st.integers(0, 64), label="bs")
-    width = draw(st.integers(1, 16), label="draft_width")
+    gamma = draw(st.integers(1, 16), label="gamma")
+    sample_from_anchor = draw(st.booleans(), label="sample_from_anchor")
+    width = gamma if sample_from_anchor else gamma + 1
     n_ranks = draw(st.integers(1, 16), label="dp_size")
     applied = draw(st.booleans(), label="coordination_applied") if coordination is None else coordination
     present = draw(st.booleans(), label="counts_present") if counts_present is None else counts_present
@@ -36,7 +39,8 @@ def dp_sync_cases(draw, *, dp_moe_sync=None, coordination=None, counts_present=N
         lp = gnt if draw(st.booleans(), label="logprob_counts_same") else draw(rank_counts(n_ranks))
     return DpSyncCase(
         bs=bs,
-        draft_width=width,
+        gamma=gamma,
+        sample_from_anchor=sample_from_anchor,
         global_num_tokens=gnt,
         global_num_tokens_for_logprob=lp,
         dp_moe_sync=draw(st.booleans(), label="dp_moe_sync") if dp_moe_sync is None else dp_moe_sync,

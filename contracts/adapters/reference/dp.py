@@ -24,14 +24,15 @@ class _Widths(SpecInput):
 class ReferenceDpMetadata:
     def _proposer_and_batch(self, case: DpSyncCase):
         proposer = DraftBlockProposer(
-            case.draft_width,  # sample_from_anchor: Q == gamma
+            case.gamma,
+            sample_from_anchor=case.sample_from_anchor,
             draft_is_moe=case.dp_moe_sync,
             attn_dp_enabled=case.dp_moe_sync,
             enable_num_token_non_padded=case.enable_num_token_non_padded,
         )
         pool = ReqToTokenPool(max(case.bs, 1), 64)
         reqs = [Req(rid=i, origin_input_ids=[0], output_ids=[1], req_pool_idx=i, kv_committed_len=1) for i in range(case.bs)]
-        batch = ScheduleBatch.prebuilt(reqs, pool, speculative_num_draft_tokens=case.draft_width + 1)
+        batch = ScheduleBatch.prebuilt(reqs, pool, speculative_num_draft_tokens=case.gamma + 1)
         batch.spec_info = DraftInput(bonus_tokens=torch.ones(case.bs, dtype=torch.int64), new_seq_lens=batch.seq_lens.clone())
         lists = lambda v: None if v is None else list(v)  # noqa: E731
         batch.global_num_tokens = lists(case.global_num_tokens)

@@ -4,12 +4,18 @@ from contracts.boundary.handoff import DraftInputView, HandoffCase, ResolvedInpu
 from dspark import disaggregation
 from dspark.overlap_utils import FutureMap
 from dspark.schedule_batch import Req, ReqToTokenPool, ScheduleBatch
+from dspark.spec_info import SpeculativeAlgorithm
 
 
 class ReferenceHandoff:
-    def new_future_map(self, pool_size: int) -> FutureMap:
+    handoff_algorithms = ("dspark", "dflash")
+
+    def new_future_map(self, batch) -> FutureMap:
         # Poisoned rows make a stale read visible as -1 instead of a plausible value.
-        return FutureMap(pool_size, poison=True)
+        return FutureMap(batch.req_to_token_pool.size, poison=True, spec_algorithm=batch.spec_algorithm)
+
+    def batch_rows(self, batch) -> list:
+        return batch.req_pool_indices.tolist()
 
     def new_prebuilt_batch(self, case: HandoffCase) -> ScheduleBatch:
         T = case.gamma + 1
@@ -19,7 +25,8 @@ class ReferenceHandoff:
             Req(rid=i, origin_input_ids=[0] * n, output_ids=[tok], req_pool_idx=row, kv_committed_len=n)
             for i, (n, row, tok) in enumerate(zip(case.seq_lens, case.req_pool_indices, case.bonus_tokens))
         ]
-        return ScheduleBatch.prebuilt(reqs, pool, speculative_num_draft_tokens=T, enable_overlap=case.enable_overlap)
+        return ScheduleBatch.prebuilt(reqs, pool, speculative_num_draft_tokens=T, enable_overlap=case.enable_overlap,
+                                      spec_algorithm=SpeculativeAlgorithm.from_string(case.algorithm))
 
     def process_prebuilt(self, batch, future_map) -> None:
         disaggregation.process_prebuilt(batch, future_map)

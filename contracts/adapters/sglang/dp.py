@@ -1,0 +1,81 @@
+"""DP-metadata level on SGLang: the draft ForwardBatch as `DraftBlockProposer.propose` builds and fills it."""
+
+from __future__ import annotations
+
+import copy
+from types import SimpleNamespace
+
+from contracts.adapters.sglang.draft import build_draft_side, idle_participation, propose
+from contracts.adapters.sglang.runtime import CPU, runtime
+from contracts.boundary.dp import ALL_FIELDS, DpSyncCase, DpSyncObservation
+
+PREFIX = 10  # committed tokens per request; the fill does not read them
+
+
+def _fields(fb) -> dict:
+    return {f: copy.deepcopy(getattr(fb, f, None)) for f in ALL_FIELDS}  # num_token_non_padded_cpu is not declared
+
+
+def _scheduler_batch(case: DpSyncCase):
+    """A real decode ScheduleBatch (after the PD handoff) with the DP fields the MLP-sync gather sets."""
+    rt = runtime()
+    from sglang.srt.managers.overlap_utils import FutureMap
+
+    T = case.gamma + 1
+    pools = rt.pools(pool_size=max(case.bs, 1), kv_slots=case.bs * (PREFIX + 2 * T + 1) + 1)
+    with rt.config(num_draft_tokens=T):
+        if case.bs:
+            reqs = [rt.prebuilt_request(pools, f"r{i}", PREFIX, 1) for i in range(case.bs)]
+            batch = rt.schedule_batch(pools, reqs, enable_overlap=False)
+            batch.prepare_for_prebuilt()
+            # The first decode's KV reservation (prepare_for_decode) is the kv level's subject; the fill reads
+            # only the counts and flags below, so it is left out here.
+            batch.process_prebuilt(FutureMap(CPU, batch.spec_algorithm, pools.req_to_token_pool))
+        else:  # the scheduler's idle batch for a DP rank with nothing to run (get_idle_batch)
+            batch = rt.schedule_batch(pools, [], enable_overlap=False)
+            batch.prepare_for_idle()
+    lists = lambda v: None if v is None else list(v)  # noqa: E731
+    batch.global_num_tokens = lists(case.global_num_tokens)
+    batch.global_num_tokens_for_logprob = lists(case.global_num_tokens_for_logprob)
+    batch.dp_spec_prefill_coordination_applied = case.coordination_applied
+    batch.can_run_decode_cuda_graph = case.can_run_decode_cuda_graph
+    batch.is_extend_in_batch = case.is_extend_in_batch
+    return batch, pools
+
+
+class SGLangDpMetadata:
+    def _fill(self, case: DpSyncCase):
+        batch, pools = _scheduler_batch(case)
+        side = build_draft_side(gamma=case.gamma, sample_from_anchor=case.sample_from_anchor, dp_moe_sync=case.dp_moe_sync,
+                                enable_num_token_non_padded=case.enable_num_token_non_padded,
+                                req_to_token_pool=pools.req_to_token_pool, allocator=pools.allocator, record_fill=_fields)
+        knobs = dict(dp_moe_sync=case.dp_moe_sync, enable_num_token_non_padded=case.enable_num_token_non_padded)
+        with runtime().config(num_draft_tokens=case.gamma + 1):
+            if case.bs:
+                propose(side, batch, **knobs)
+            else:
+                idle_participation(side, batch, **knobs)
+        return side, batch
+
+    def fill_draft_dp_metadata(self, case: DpSyncCase) -> DpSyncObservation:
+        side, _ = self._fill(case)
+        if not side.fills:
+            return DpSyncObservation({}, {}, 0, built=False)
+        before, after, fb = side.fills[-1]
+        return DpSyncObservation(before=before, after=after, input_ids_numel=int(fb.input_ids.numel()))
+
+    def init_mlp_sync_metadata(self, case: DpSyncCase) -> DpSyncObservation:
+        """ForwardBatch.init_mlp_sync_metadata (draft worker) on the draft batch the proposer built, before its fill."""
+        side, batch = self._fill(case)
+        if not side.fills:
+            return DpSyncObservation({}, {}, 0, built=False)
+        fb = side.fills[-1][2]
+        before = _fields(fb)
+        fb.init_mlp_sync_metadata(batch, CPU, is_draft_worker=True)
+        return DpSyncObservation(before=before, after=_fields(fb), input_ids_numel=int(fb.input_ids.numel()))
+
+    def scale_global_num_tokens(self, counts, logprob_counts, width: int, logprob_width: int):
+        from sglang.srt.speculative.spec_info import spec_scale_global_num_tokens
+
+        widths = SimpleNamespace(num_tokens_per_req=width, num_tokens_for_logprob_per_req=logprob_width)
+        return spec_scale_global_num_tokens(widths, list(counts), list(logprob_counts))

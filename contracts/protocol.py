@@ -21,6 +21,8 @@ VERIFY_PLACEHOLDERS = "verify.placeholders"  # out_tokens past commit_len hold -
 PLANNER = "planner"
 STEP = "step"
 RANKS = "ranks"
+KV = "kv"  # what a decode step reserves in the KV cache, and who writes the allocation lengths
+GRAPH = "graph"  # which captured CUDA graph a live batch is admitted to, and the geometry replayed
 
 
 @runtime_checkable
@@ -57,4 +59,6 @@ CAPABILITIES: Mapping[str, Capability] = {
     STEP: Capability("contracts.boundary.engine:StepLevel", (
         "new_engine", "add_requests", "step", "abort", "set_overlap", "request_views", "target_next_logits")),
     RANKS: Capability("contracts.boundary.ranks:RanksLevel", ("run_rank_scenario",)),
+    KV: Capability("contracts.boundary.kv:KvLevel", ("kv_admission_limit", "kv_page_sizes", "run_kv_steps")),
+    GRAPH: Capability("contracts.boundary.graph:GraphLevel", ("graph_admission",)),
 }

@@ -11,7 +11,7 @@ from typing import Optional
 
 import torch
 
-from dspark import _validate
+from dspark import _validate, mem_cache
 from dspark.spec_info import SpecInput
 
 
@@ -62,14 +62,18 @@ class DraftInput(SpecInput):
 
         Per request: `nxt = max(allocated, ceil_page(committed + 2T))`, so
         allocations never shrink and the window [committed, committed+T) always
-        has slots. All requests are checked before any is changed.
+        has slots, even when the committed length lags one step under overlap.
+        With an allocator on the batch, rows [allocated, nxt) of the
+        request-to-token table get KV slots. All requests are checked before
+        any is changed.
         """
         bs = batch.batch_size()
         if bs == 0:
             return
         T = batch.speculative_num_draft_tokens
         pool = batch.req_to_token_pool
-        page = pool.page_size
+        allocator = batch.token_to_kv_pool_allocator
+        page = pool.page_size if allocator is None else allocator.page_size
         plans = []
         for req in batch.reqs:
             need = -(-(req.kv_committed_len + 2 * T) // page) * page
@@ -80,6 +84,9 @@ class DraftInput(SpecInput):
                     f"exceeds its pool slot ({pool.max_context_len})"
                 )
             plans.append(nxt)
+        if allocator is not None:
+            mem_cache.extend_rows(pool.req_to_token, [r.req_pool_idx for r in batch.reqs],
+                                  [r.kv_allocated_len for r in batch.reqs], plans, allocator)
         for req, nxt in zip(batch.reqs, plans):
             req.kv_allocated_len = nxt
             req.decode_batch_idx += 1

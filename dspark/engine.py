@@ -90,6 +90,12 @@ def _check_config(cfg: DSparkConfig, vocab: int) -> DSparkConfig:
     return cfg
 
 
+def admission_limit(max_context_len: int, num_draft_tokens: int, page_size: int = 1) -> int:
+    """The longest prompt + max_new_tokens admitted: a request's row keeps room for the double verify window,
+    rounded up to a whole page."""
+    return max_context_len - 2 * num_draft_tokens - (page_size - 1)
+
+
 def request_key(seed: int, rid: int, local_step: int) -> int:
     """The generator seed of one request's draws at one of its steps (0 = prefill)."""
     return (seed * 0x9E3779B97F4A7C15 + rid * 0xC2B2AE3D27D4EB4F + local_step * 0x165667B19E3779F9 + 1) & _MASK64
@@ -128,8 +134,7 @@ class DSparkEngine:
             raise ValueError(f"{where}.params.temperature: must be >= 0, got {p.temperature}")
         if p.eos_id is not None and not 0 <= p.eos_id < self.vocab_size:
             raise ValueError(f"{where}.params.eos_id: must lie in [0, {self.vocab_size})")
-        need = len(r.prompt) + p.max_new_tokens + 2 * self.T
-        if need > self.config.max_context_len:
+        if len(r.prompt) + p.max_new_tokens > admission_limit(self.config.max_context_len, self.T):
             raise ValueError(f"{where}.prompt: {len(r.prompt)} prompt + {p.max_new_tokens} new tokens + 2*{self.T} "
                              f"verify slots exceed the pool slot (max_context_len={self.config.max_context_len})")
         if r.rid in self.done or any(s.rid == r.rid for s in self.rows):

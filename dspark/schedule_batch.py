@@ -52,6 +52,7 @@ class ReqToTokenPool:
 class ScheduleBatch:
     reqs: List[Req]
     req_to_token_pool: ReqToTokenPool
+    token_to_kv_pool_allocator: Optional[object] = None  # dspark.mem_cache.TokenToKVPoolAllocator; None: lengths only
     spec_algorithm: SpeculativeAlgorithm = SpeculativeAlgorithm.DSPARK
     speculative_num_draft_tokens: int = 1  # T = gamma + 1
     enable_overlap: bool = False
@@ -84,6 +85,7 @@ class ScheduleBatch:
         spec_algorithm: SpeculativeAlgorithm = SpeculativeAlgorithm.DSPARK,
         speculative_num_draft_tokens: int = 1,
         enable_overlap: bool = False,
+        token_to_kv_pool_allocator=None,
     ) -> "ScheduleBatch":
         """The decode-side batch for requests whose KV arrived from a prefill server."""
         _validate.positive_int("speculative_num_draft_tokens", speculative_num_draft_tokens)
@@ -100,6 +102,7 @@ class ScheduleBatch:
         return cls(
             reqs=list(reqs),
             req_to_token_pool=pool,
+            token_to_kv_pool_allocator=token_to_kv_pool_allocator,
             spec_algorithm=spec_algorithm,
             speculative_num_draft_tokens=speculative_num_draft_tokens,
             enable_overlap=enable_overlap,

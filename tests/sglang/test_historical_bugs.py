@@ -64,11 +64,50 @@ def _original_counts_scaled(fb):
         fb.original_global_num_tokens_cpu = list(fb.global_num_tokens_cpu)
 
 
+def _reserve_one_window(mp):
+    """The decode reserve sized for one verify window (reserve T, not 2T): the overlap lag has no slots."""
+    from sglang.srt.speculative import dflash_info_v2
+
+    real = dflash_info_v2.page_aligned_decode_alloc_lens
+    mp.setattr(dflash_info_v2, "page_aligned_decode_alloc_lens",
+               lambda reqs, *, reserve, page_size: real(reqs, reserve=reserve // 2, page_size=page_size))
+
+
+def _page_rounded_down(mp):
+    """Whole pages by floor instead of ceiling."""
+    from sglang.srt.speculative import dflash_info_v2
+
+    def alloc_lens(reqs, *, reserve, page_size):
+        cur = [r.kv.kv_allocated_len for r in reqs]
+        nxt = [max(c, (r.kv.kv_committed_len + reserve) // page_size * page_size) for c, r in zip(cur, reqs)]
+        return cur, nxt, sum(n - c for c, n in zip(cur, nxt))
+
+    mp.setattr(dflash_info_v2, "page_aligned_decode_alloc_lens", alloc_lens)
+
+
+def _allocated_len_written_twice(mp):
+    """A second writer of kv_allocated_len inside the step (re-stores it after the allocation)."""
+    from sglang.srt.speculative import dflash_info_v2
+
+    real = dflash_info_v2.alloc_for_spec_decode
+
+    def alloc(tree_cache, req_to_token_pool, **kw):
+        out = real(tree_cache, req_to_token_pool, **kw)
+        for req in kw["reqs"]:
+            req.kv.kv_allocated_len = req.kv.kv_allocated_len
+        return out
+
+    mp.setattr(dflash_info_v2, "alloc_for_spec_decode", alloc)
+
+
 BUGS = [
     ("DSPARK handoff dispatch falls through to None", _dispatch_falls_through, ("HANDOFF-001", "HANDOFF-010")),
     ("relay stash skipped", _stash_skipped, ("HANDOFF-007",)),
     ("original_global_num_tokens_cpu not set", _fill_edit(_original_counts_missing), ("DPSYNC-001",)),
     ("original_global_num_tokens_cpu holds scaled counts", _fill_edit(_original_counts_scaled), ("DPSYNC-001",)),
+    ("decode reserve of one verify window", _reserve_one_window, ("KV-001",)),
+    ("decode reserve rounded down to a page", _page_rounded_down, ("KV-001",)),
+    ("kv_allocated_len written twice in a step", _allocated_len_written_twice, ("KV-004",)),
 ]
 
 

@@ -8,10 +8,10 @@ radix cache `--disable-radix-cache` builds, `Req`, `SamplingParams` and
 managers at the bottom, each applied only around the call that needs it:
 
 * `assign_req_to_token_pool` (a Triton kernel, run by the interpreter on CPU) gets
-  a bounds guard in front: a column past the row raises `IndexError` instead of
-  letting the kernel write into the next request's row, or past the table, which
-  on a CPU tensor would corrupt this process's memory. Hides nothing the kernel
-  computes; it turns an out-of-bounds write into an error.
+  a bounds guard in front: columns past a row are dropped instead of written into
+  the next request's row (or past the table, which on a CPU tensor would corrupt
+  this process's memory). The allocation lengths SGLang records are untouched, so
+  a reservation wider than its row stays visible.
 * `speculative cache locations`: SGLang's out-of-tree platform hook
   (`cache_locs._get_oot_speculative_cache_locs_fn`) answers with a torch gather of
   `req_to_token[row, start:start+width]`; without it a plain CPU host gets None.
@@ -159,11 +159,18 @@ class Pools:
 
 def _guarded(assign):
     def guarded(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size):
-        ends = torch.as_tensor(end_offset)[: int(batch_size)]
-        if ends.numel() and int(ends.max()) > req_to_token.shape[1]:
-            i = int(torch.argmax(ends))
-            raise IndexError(f"assign_req_to_token_pool: row {int(req_pool_indices[i])} columns "
-                             f"[{int(start_offset[i])}, {int(ends[i])}) past the row width {req_to_token.shape[1]}")
+        bs, width = int(batch_size), req_to_token.shape[1]
+        start, end = torch.as_tensor(start_offset)[:bs], torch.as_tensor(end_offset)[:bs]
+        if bs and int(end.max()) > width:
+            # Drop the columns past the row; the kernel reads each row's slots at the running offset, so the
+            # slots of the dropped columns leave out_cache_loc too.
+            clipped = end.clamp(max=width)
+            pieces, offset = [], 0
+            for i in range(bs):
+                n = int(end[i] - start[i])
+                pieces.append(out_cache_loc[offset: offset + max(0, int(clipped[i] - start[i]))])
+                offset += n
+            out_cache_loc, end_offset = torch.cat(pieces), clipped.to(torch.as_tensor(end_offset).dtype)
         return assign(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size)
 
     return guarded

@@ -1,0 +1,72 @@
+"""What the contracts find in unmodified SGLang 0.5.23, each shown to be SGLang's and not the harness's.
+
+For every known-failures ledger entry on sglang: the contract fails on the shrunk case with the ledger's field,
+and a minimal local correction of SGLang's own function, applied in-process, makes the contract pass at the
+settings `dspark-contracts check` uses. Runs only where sglang 0.5.23 is installed.
+"""
+
+import pytest
+from hypothesis import settings
+
+from contracts import ledger
+from contracts.adapters import sglang_env
+from contracts.registry import all_contracts
+from contracts.runner import run_contract
+from contracts.strategies.kv import KvPlan
+from contracts.violation import ContractViolation, Mismatch
+
+pytestmark = pytest.mark.skipif(sglang_env.sglang_unavailable_reason() is not None,
+                                reason=str(sglang_env.sglang_unavailable_reason()))
+
+
+@pytest.fixture(scope="module")
+def sglang_engine():
+    from contracts.engines import load_engine
+
+    return load_engine("sglang")
+
+
+def _row_widened_for_dflash(mp):
+    """Widen the row for the decode reserve for the DFlash family as for UNO (page >= 1)."""
+    from sglang.srt.mem_cache import allocation_sizing as az
+    from sglang.srt.runtime_context import get_spec
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    real = az.get_req_to_token_extra_context_len
+
+    def widened():
+        extra = real()
+        algo = SpeculativeAlgorithm.from_string(get_spec().speculative_algorithm)
+        if algo.is_dflash_family():
+            extra = max(extra, az.get_alloc_reserve_per_decode() + az.get_alloc_page_size() - 1)
+        return extra
+
+    mp.setattr(az, "get_req_to_token_extra_context_len", widened)
+
+
+FINDINGS = [
+    # (contract, shrunk case, correction)
+    ("KV-002", KvPlan(gamma=8, page_choice=0, context_len=48, requests=((True, 0.0, 0),), commits=((1,),)),
+     _row_widened_for_dflash),
+]
+
+
+@pytest.mark.parametrize("contract_id, case, correct", FINDINGS, ids=[f[0] for f in FINDINGS])
+def test_finding_is_sglangs(sglang_engine, contract_id, case, correct):
+    contract = all_contracts()[contract_id]
+    known = ledger.entries("sglang", sglang_engine.version, contract_id)
+    assert known, f"{contract_id}: a finding without a ledger entry"
+    with pytest.raises(ContractViolation) as caught:
+        run_contract(contract, sglang_engine)
+    assert ledger.match(known, caught.value) is not None, str(caught.value)
+    with pytest.raises(Mismatch):
+        contract.check(sglang_engine, case)  # the shrunk case fails as it stands
+    with pytest.MonkeyPatch.context() as mp:
+        correct(mp)
+        contract.check(sglang_engine, case)
+        run_contract(contract, sglang_engine)  # the whole contract at the check's settings
+
+
+def test_every_sglang_ledger_entry_has_a_correction_test():
+    listed = {e.contract_id for e in ledger.LEDGER if e.engine == "sglang"}
+    assert listed == {f[0] for f in FINDINGS}

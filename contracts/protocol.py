@@ -19,6 +19,8 @@ VERIFY_INJECTED_NOISE = "verify.injected-noise"  # sampling/mixed accept that ta
 VERIFY_EMPTY_BATCH = "verify.empty-batch"  # verify ops accept bs == 0 (a DP-idle rank's batch)
 VERIFY_PLACEHOLDERS = "verify.placeholders"  # out_tokens past commit_len hold -1 (a convention, not a law)
 PLANNER = "planner"
+PLANNER_MIN_VERIFY_LEN = "planner.min-verify-len"  # schedule_verify_lens honours min_verify_len != 1
+PLANNER_EMPTY_BATCH = "planner.empty-batch"  # layout helpers accept bs == 0
 STEP = "step"
 RANKS = "ranks"
 KV = "kv"  # what a decode step reserves in the KV cache, and who writes the allocation lengths
@@ -54,8 +56,10 @@ CAPABILITIES: Mapping[str, Capability] = {
     VERIFY_EMPTY_BATCH: Capability(None),
     VERIFY_PLACEHOLDERS: Capability(None),
     PLANNER: Capability("contracts.boundary.engine:PlannerLevel", (
-        "survival", "new_sps_table", "sps_lookup", "verify_token_budget", "schedule_verify_lens", "compact_layout",
-        "pad_verify_lens_to_bucket")),
+        "new_sps_table", "sps_lookup", "verify_token_budget", "schedule_verify_lens", "compact_layout",
+        "pad_verify_lens_to_bucket", "plan_layout")),
+    PLANNER_MIN_VERIFY_LEN: Capability(None),
+    PLANNER_EMPTY_BATCH: Capability(None),
     STEP: Capability("contracts.boundary.engine:StepLevel", (
         "new_engine", "add_requests", "step", "abort", "set_overlap", "request_views", "target_next_logits")),
     RANKS: Capability("contracts.boundary.ranks:RanksLevel", ("run_rank_scenario",)),

@@ -319,13 +319,11 @@ class DSparkEngine:
         rows = [i for i in range(bs) if planned[i]]
         if not rows:
             return lens, None, planned
-        lagged = planner.survival(torch.stack([self.rows[i].last_confidence for i in rows]))
-        budget = planner.compute_verify_token_budget(lagged, cfg.sps_table, eps=cfg.survival_eps,
-                                                     force_budget_frac=cfg.force_budget_frac)
-        now = planner.survival(proposal.confidence[rows])
-        lens[rows] = planner.schedule_verify_lens(now, budget, min_verify_len=cfg.min_verify_len,
-                                                  max_verify_len=cfg.max_verify_len, eps=cfg.survival_eps)
-        return lens, budget, planned
+        step = planner.plan_step(torch.stack([self.rows[i].last_confidence for i in rows]), proposal.confidence[rows],
+                                 verify_mode=cfg.verify_mode, table=cfg.sps_table, force_budget_frac=cfg.force_budget_frac,
+                                 min_verify_len=cfg.min_verify_len, max_verify_len=cfg.max_verify_len, eps=cfg.survival_eps)
+        lens[rows] = step.verify_lens
+        return lens, step.budget, planned
 
     def _target_probs(self, logits: torch.Tensor, temps: torch.Tensor, params: Sequence[SamplingParams]) -> torch.Tensor:
         """softmax(logits / T) with top-k applied to the target only; logits [bs, ..., V]."""

@@ -270,3 +270,30 @@ def pad_verify_lens_to_bucket(verify_lens: torch.Tensor, graph_num_tokens: int, 
         if bs:
             out[-1] += left
     return out if cap is None else out.clamp(max=cap)
+
+
+# ---- one planner step ----------------------------------------------------------------
+
+
+@dataclass
+class PlannedStep:
+    budget: Optional[int]
+    verify_lens: Optional[torch.Tensor]  # int64 [bs]; None = static (verify all)
+    graph_num_tokens: Optional[int]  # compact mode: the captured token tier the packed rows are padded to
+
+
+def plan_step(budget_confidence: torch.Tensor, confidence: torch.Tensor, *, verify_mode: str, table=None,
+              force_budget_frac: Optional[float] = None, capture_num_tokens: Optional[Sequence[int]] = None,
+              min_verify_len: int = 1, max_verify_len: Optional[int] = None, eps: float = SURVIVAL_EPS) -> PlannedStep:
+    """The budget (from the lagged `budget_confidence`), this step's verify lengths (from `confidence`) and, in
+    compact mode with captured graphs, the smallest token tier that holds them (None when none does)."""
+    if verify_mode == "static":
+        return PlannedStep(None, None, None)
+    budget = compute_verify_token_budget(survival(budget_confidence), table, eps=eps, force_budget_frac=force_budget_frac)
+    lens = schedule_verify_lens(survival(confidence), budget, min_verify_len=min_verify_len, max_verify_len=max_verify_len,
+                                eps=eps)
+    tier = None
+    if verify_mode == "compact" and capture_num_tokens:
+        total = int(lens.sum())
+        tier = next((t for t in sorted(capture_num_tokens) if t >= total), None)
+    return PlannedStep(budget, lens, tier)

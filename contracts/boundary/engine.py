@@ -1,7 +1,8 @@
 """Planner and step levels: verify-length planning, and a running decode engine.
 
-Planner level: pure functions of survival / confidence (budget, verify lengths,
-the compact layout). Step level: an engine handle the contracts drive request
+Planner level: functions of the draft's confidence (budget, verify lengths, the
+compact layout), and the planner's whole per-step decision (`plan_layout`). The
+engine computes survival itself, in its own precision. Step level: an engine handle the contracts drive request
 by request and step by step, observed through plain views.
 """
 
@@ -44,10 +45,34 @@ class ScheduleCase:
 
 @dataclass(frozen=True)
 class BudgetCase:
-    survival: Tuple[Tuple[float, ...], ...]  # lagged survival [bs][gamma], non-increasing rows
+    confidence: Tuple[Tuple[float, ...], ...]  # the (lagged) confidence the budget reads, [bs][gamma] in [0, 1]
     sps: Optional[SpsSpec]  # None = the uninitialised (flat) table
     force_budget_frac: Optional[float] = None
     eps: float = 1e-6
+
+
+@dataclass(frozen=True)
+class PlanCase:
+    """One step of the verify planner: this step's confidence, the mode, the cost table, a forced fraction,
+    and the captured verify graphs (compact mode pads to their token tiers)."""
+
+    confidence: Tuple[Tuple[float, ...], ...]
+    verify_mode: str  # "static" | "cap-accept" | "compact"
+    sps: Optional[SpsSpec]
+    force_budget_frac: Optional[float] = None
+    capture_bs: Optional[Tuple[int, ...]] = None  # None: no captured graphs (eager)
+
+    @property
+    def gamma(self) -> int:
+        return len(self.confidence[0])
+
+
+@dataclass
+class PlanView:
+    budget: Optional[int]  # the resolved verify-token budget; None when the planner sets none
+    verify_lens: Optional[list]  # per request; None = no layout (verify all T)
+    graph_num_tokens: Optional[int] = None  # the padded token tier of a compact layout
+    qo_indptr: Optional[list] = None
 
 
 @dataclass(frozen=True)
@@ -69,12 +94,13 @@ class CompactView:
 
 
 class PlannerLevel(Protocol):
-    def survival(self, confidence: torch.Tensor) -> torch.Tensor: ...
     def new_sps_table(self, sps: SpsSpec) -> Any: ...  # raises ValueError on an invalid table
     def sps_lookup(self, sps: SpsSpec, tokens: int) -> float: ...  # steps-kind tables
-    def verify_token_budget(self, survival: torch.Tensor, sps: Optional[SpsSpec], force_budget_frac, eps: float) -> int: ...
-    def schedule_verify_lens(self, survival: torch.Tensor, budget: int, min_verify_len: int,
-                             eps: float) -> Tuple[list, torch.Tensor]: ...  # (L per request, selected cells [bs, gamma] bool)
+    def verify_token_budget(self, confidence: torch.Tensor, sps: Optional[SpsSpec], force_budget_frac, eps: float) -> int: ...
+    # (L per request, the selected cells [bs, gamma] bool or None when the engine does not expose them)
+    def schedule_verify_lens(self, confidence: torch.Tensor, budget: int, min_verify_len: int,
+                             eps: float) -> Tuple[list, Optional[torch.Tensor]]: ...
+    def plan_layout(self, case: PlanCase) -> PlanView: ...
     def compact_layout(self, verify_lens, width: int, pad_to: Optional[int], candidates: torch.Tensor,
                        fill: float) -> CompactView: ...
     def pad_verify_lens_to_bucket(self, verify_lens, graph_num_tokens: int, padded_bs: int) -> list: ...

@@ -23,6 +23,12 @@ class GraphCase:
     batch_width: int  # tokens per request of the live batch's spec info
     rank_counts: Optional[Tuple[int, ...]]  # raw per-rank request counts under DP attention; None without DP
     can_run_vote: bool  # the scheduler's gathered can-run-a-graph vote (read under DP sync)
+    draft_is_moe: bool = False  # a MoE draft joins the DP gathers; a dense draft runs DP-local (its own count)
+
+    @property
+    def syncs_across_ranks(self) -> bool:
+        """Whether the runner's forward joins the DP collectives, so every rank must replay one size."""
+        return self.rank_counts is not None and (self.runner == "target" or self.draft_is_moe)
 
     @property
     def runner_width(self) -> int:

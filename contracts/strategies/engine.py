@@ -4,7 +4,8 @@ from functools import lru_cache
 
 from hypothesis import strategies as st
 
-from contracts.boundary.engine import BudgetCase, EngineSpec, LayoutCase, LoopCase, RequestSpec, ScheduleCase, SpsSpec
+from contracts.boundary.engine import (BudgetCase, EngineSpec, LayoutCase, LoopCase, PlanCase, RequestSpec, ScheduleCase,
+                                       SpsSpec)
 
 # Repeated values make ties (across positions and requests) common: the tie order is part of the contract.
 confidence_values = st.sampled_from([0.0, 1e-7, 0.25, 0.5, 0.8, 0.9, 1.0]) | st.floats(0.0, 1.0)
@@ -46,17 +47,6 @@ def schedule_cases(draw) -> ScheduleCase:
     return ScheduleCase(conf, budget, min(min_len, gamma + 1))
 
 
-def _cumprod(rows):
-    out = []
-    for row in rows:
-        acc, s = 1.0, []
-        for c in row:
-            acc *= c
-            s.append(acc)
-        out.append(tuple(s))
-    return tuple(out)
-
-
 @st.composite
 def sps_specs(draw, *, max_tokens=64, kind=None) -> SpsSpec:
     kind = draw(st.sampled_from(["steps", "additive"]), label="sps_kind") if kind is None else kind
@@ -74,7 +64,7 @@ def sps_specs(draw, *, max_tokens=64, kind=None) -> SpsSpec:
 
 @st.composite
 def budget_cases(draw, *, forced=None, flat=False) -> BudgetCase:
-    surv = _cumprod(draw(confidences()))
+    conf = draw(confidences())
     if flat:
         value = draw(st.floats(0.1, 10.0), label="flat_value")
         n = draw(st.integers(1, 4), label="flat_probes")
@@ -84,7 +74,19 @@ def budget_cases(draw, *, forced=None, flat=False) -> BudgetCase:
     frac = None
     if forced or (forced is None and draw(st.booleans(), label="forced")):
         frac = draw(st.sampled_from([0.25, 0.5, 1.0]) | st.floats(1e-3, 1.0), label="force_budget_frac")
-    return BudgetCase(surv, sps, frac)
+    return BudgetCase(conf, sps, frac)
+
+
+@st.composite
+def plan_cases(draw) -> PlanCase:
+    """Every planner configuration within the default budget: each mode, flat and profiled tables, forced fractions
+    below 1, and captured graphs or none (drawn first, so shrinking keeps the configuration)."""
+    mode = draw(st.sampled_from(["cap-accept", "compact", "static"]), label="verify_mode")
+    sps = draw(st.sampled_from([None, SpsSpec("steps", (1, 4, 8, 16), (4.0, 3.0, 2.0, 1.0))]) | sps_specs(max_tokens=48),
+               label="sps")
+    frac = draw(st.sampled_from([None, 0.25, 0.5, 1.0]) | st.floats(1e-3, 1.0), label="force_budget_frac")
+    capture = draw(st.sampled_from([None, (1, 2, 4, 8), (1, 3, 6)]), label="capture_bs")
+    return PlanCase(draw(confidences()), mode, sps, frac, capture)
 
 
 @st.composite

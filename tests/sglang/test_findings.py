@@ -12,6 +12,7 @@ from contracts import ledger
 from contracts.adapters import sglang_env
 from contracts.registry import all_contracts
 from contracts.runner import run_contract
+from contracts.boundary.engine import PlanCase
 from contracts.strategies.kv import KvPlan
 from contracts.violation import ContractViolation, Mismatch
 
@@ -44,10 +45,31 @@ def _row_widened_for_dflash(mp):
     mp.setattr(az, "get_req_to_token_extra_context_len", widened)
 
 
+def _forced_fraction_skips_verify_all_cache(mp):
+    """Let a forced budget fraction reach the scheduler in compact mode with a flat table."""
+    from sglang.srt.speculative.dspark_components.dspark_planner import DSparkVerifyPlanner
+
+    real = DSparkVerifyPlanner.schedule_layout
+
+    def schedule_layout(self, **kw):
+        forced = self._budget_planner is not None and self._budget_planner.forced_budget_frac is not None
+        if not (forced and self._is_verify_all):
+            return real(self, **kw)
+        self._is_verify_all = False
+        try:
+            return real(self, **kw)
+        finally:
+            self._is_verify_all = True
+
+    mp.setattr(DSparkVerifyPlanner, "schedule_layout", schedule_layout)
+
+
 FINDINGS = [
     # (contract, shrunk case, correction)
     ("KV-002", KvPlan(gamma=8, page_choice=0, context_len=48, requests=((True, 0.0, 0),), commits=((1,),)),
      _row_widened_for_dflash),
+    ("PLAN-010", PlanCase(confidence=((0.0,),), verify_mode="compact", sps=None, force_budget_frac=0.25, capture_bs=None),
+     _forced_fraction_skips_verify_all_cache),
 ]
 
 

@@ -7,6 +7,7 @@ violation names the contract and engine, carries a shrunk case and a repro line.
 """
 
 import pytest
+import torch
 from hypothesis import Phase
 
 from contracts.adapters import sglang_env
@@ -100,6 +101,48 @@ def _allocated_len_written_twice(mp):
     mp.setattr(dflash_info_v2, "alloc_for_spec_decode", alloc)
 
 
+def _graph_bucket_from_tokens(mp):
+    """The DP graph size taken from the scaled token counts instead of the raw request counts (the seed bug's class)."""
+    from sglang.srt.model_executor.runner.decode_cuda_graph_runner import DecodeCudaGraphRunner
+
+    mp.setattr(DecodeCudaGraphRunner, "_max_dp_batch_size", staticmethod(lambda fb: max(fb.global_num_tokens_cpu)))
+
+
+def _bucket_one_size_up(mp):
+    """bisect_right for bisect_left: a batch that exactly fits a captured size replays the next one up."""
+    from bisect import bisect_right
+
+    from sglang.srt.model_executor.runner.base_cuda_graph_runner import BaseCudaGraphRunner
+
+    mp.setattr(BaseCudaGraphRunner, "_pad_to_bucket",
+               staticmethod(lambda raw, buckets: buckets[min(bisect_right(buckets, raw), len(buckets) - 1)]))
+
+
+def _budget_counts_invalid_cells(mp):
+    """The budget's candidates without the survival_eps filter: cells the planner would never verify inflate it."""
+    from sglang.srt.speculative.dspark_components import dspark_planner
+
+    real = dspark_planner.compute_verify_token_budget
+
+    def budget(*, history_survival_probs, sps_table, cfg):
+        return real(history_survival_probs=history_survival_probs, sps_table=sps_table,
+                    cfg=dspark_planner.DSparkScheduleConfig(gamma=cfg.gamma, survival_eps=-1.0))
+
+    mp.setattr(dspark_planner, "compute_verify_token_budget", budget)
+
+
+def _sps_lookup_unclamped(mp):
+    """The probe index unclamped below the first probe: -1 wraps around and reads the last probe's steps/s."""
+    from sglang.srt.speculative.dspark_components import dspark_planner
+
+    def lookup(*, sps_table, batch_tokens):
+        probes = torch.tensor(sps_table.sample_batch_tokens, dtype=torch.int64)
+        sps = torch.tensor(sps_table.sample_steps_per_sec, dtype=torch.float64)
+        return sps[torch.bucketize(batch_tokens, probes, right=True) - 1]
+
+    mp.setattr(dspark_planner, "_lookup_sps_tensor", lookup)
+
+
 BUGS = [
     ("DSPARK handoff dispatch falls through to None", _dispatch_falls_through, ("HANDOFF-001", "HANDOFF-010")),
     ("relay stash skipped", _stash_skipped, ("HANDOFF-007",)),
@@ -108,6 +151,10 @@ BUGS = [
     ("decode reserve of one verify window", _reserve_one_window, ("KV-001",)),
     ("decode reserve rounded down to a page", _page_rounded_down, ("KV-001",)),
     ("kv_allocated_len written twice in a step", _allocated_len_written_twice, ("KV-004",)),
+    ("DP graph size from token counts", _graph_bucket_from_tokens, ("GRAPH-003",)),
+    ("graph bucket one size up", _bucket_one_size_up, ("GRAPH-002",)),
+    ("verify budget counts cells below survival_eps", _budget_counts_invalid_cells, ("PLAN-006",)),
+    ("SPS lookup wraps below the first probe", _sps_lookup_unclamped, ("PLAN-004",)),
 ]
 
 

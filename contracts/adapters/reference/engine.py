@@ -6,9 +6,10 @@ from typing import Optional
 
 import torch
 
-from contracts.boundary.engine import CompactView, EngineSpec, RequestView, SpsSpec, StepView
+from contracts.boundary.engine import CompactView, EngineSpec, PlanCase, PlanView, RequestView, SpsSpec, StepView
 from dspark import engine as dspark_engine
 from dspark import planner, toy_models
+from dspark.graph_buckets import capture_num_tokens
 
 
 def _table(sps: Optional[SpsSpec]):
@@ -34,22 +35,30 @@ class _Handle:
 
 
 class ReferencePlanner:
-    def survival(self, confidence):
-        return planner.survival(confidence)
-
     def new_sps_table(self, sps):
         return _table(sps)
 
     def sps_lookup(self, sps, tokens):
         return _table(sps).lookup(tokens)
 
-    def verify_token_budget(self, survival, sps, force_budget_frac, eps):
-        return planner.compute_verify_token_budget(survival, _table(sps), eps=eps, force_budget_frac=force_budget_frac)
+    def verify_token_budget(self, confidence, sps, force_budget_frac, eps):
+        return planner.compute_verify_token_budget(planner.survival(confidence), _table(sps), eps=eps,
+                                                   force_budget_frac=force_budget_frac)
 
-    def schedule_verify_lens(self, survival, budget, min_verify_len, eps):
-        lens, selected = planner.schedule_verify_lens(survival, budget, min_verify_len=min_verify_len, eps=eps,
-                                                      return_selected=True)
+    def schedule_verify_lens(self, confidence, budget, min_verify_len, eps):
+        lens, selected = planner.schedule_verify_lens(planner.survival(confidence), budget, min_verify_len=min_verify_len,
+                                                      eps=eps, return_selected=True)
         return lens.tolist(), selected
+
+    def plan_layout(self, case: PlanCase) -> PlanView:
+        conf = torch.tensor(case.confidence, dtype=torch.float64)
+        tiers = None if case.capture_bs is None else capture_num_tokens(case.capture_bs, case.gamma + 1)
+        step = planner.plan_step(conf, conf, verify_mode=case.verify_mode, table=_table(case.sps),
+                                 force_budget_frac=case.force_budget_frac, capture_num_tokens=tiers)
+        if step.verify_lens is None:
+            return PlanView(step.budget, None)
+        return PlanView(step.budget, step.verify_lens.tolist(), step.graph_num_tokens,
+                        planner.build_qo_indptr(step.verify_lens).tolist())
 
     def compact_layout(self, verify_lens, width, pad_to, candidates, fill):
         layout = planner.RaggedVerifyLayout.from_lens(torch.tensor(verify_lens, dtype=torch.int64), width, pad_to)

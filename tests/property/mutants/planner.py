@@ -65,6 +65,19 @@ def _leftover_on_first_pad_row(verify_lens, graph_num_tokens, padded_bs, cap=Non
     return torch.cat([lens, pad])
 
 
+_real_plan_step = planner.plan_step
+
+
+def _forced_fraction_ignored_when_flat(budget_confidence, confidence, *, verify_mode, table=None, force_budget_frac=None,
+                                       **kw):
+    """Compact mode with a flat table serves a cached verify-all layout, whatever fraction is forced."""
+    step = _real_plan_step(budget_confidence, confidence, verify_mode=verify_mode, table=table,
+                           force_budget_frac=force_budget_frac, **kw)
+    if verify_mode == "compact" and table is None and step.verify_lens is not None:
+        step.verify_lens = torch.full_like(step.verify_lens, confidence.shape[1] + 1)
+    return step
+
+
 def _set_select(fn):
     return lambda mp: mp.setattr(planner, "select_cells", fn)
 
@@ -83,6 +96,8 @@ MUTANTS = [
            lambda mp: mp.setattr(planner.SpsCostTable, "__post_init__", _unchecked_probes)),
     Mutant("compact-scatter-off-by-one", ("PLAN-008",),
            lambda mp: mp.setattr(planner.RaggedVerifyLayout, "scatter", _scatter_shifted)),
+    Mutant("forced-fraction-ignored-by-verify-all", ("PLAN-010",),
+           lambda mp: mp.setattr(planner, "plan_step", _forced_fraction_ignored_when_flat)),
     Mutant("bucket-leftover-on-first-pad-row", ("PLAN-009",),
            lambda mp: mp.setattr(planner, "pad_verify_lens_to_bucket", _leftover_on_first_pad_row)),
 ]

@@ -155,3 +155,31 @@ def lowest_argmax(x: torch.Tensor) -> torch.Tensor:
     """Argmax over the last dim with ties to the lowest index, stated explicitly (NaN-free inputs)."""
     idx = torch.arange(x.shape[-1])
     return torch.where(x == x.amax(-1, keepdim=True), idx, x.shape[-1]).amin(-1)
+
+
+def sampling_law(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """The law a sampler with these settings draws from, float64 over the last dim.
+
+    ``softmax(logits / temperature)``; then, if ``0 < top_k < V``, only the ``top_k`` most likely tokens keep
+    mass; then, if ``top_p < 1``, only the shortest run of most likely tokens whose mass reaches ``top_p``
+    (the token that crosses ``top_p`` included); renormalised after each cut. Probability ties at a cut are
+    kept together, so the law does not depend on how an engine breaks them.
+    """
+    if not temperature > 0:
+        raise ValueError(f"temperature: must be > 0, got {temperature!r}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p: must lie in (0, 1], got {top_p!r}")
+    p = torch.softmax(_f64(logits) / float(temperature), dim=-1)
+    v = p.shape[-1]
+    if 0 < top_k < v:
+        kth = torch.sort(p, dim=-1, descending=True).values[..., top_k - 1: top_k]
+        p = torch.where(p >= kth, p, 0.0)
+        p = p / p.sum(-1, keepdim=True)
+    if top_p < 1:
+        srt = torch.sort(p, dim=-1, descending=True).values
+        before = torch.cumsum(srt, -1) - srt  # mass strictly before each sorted token
+        keep_sorted = before < top_p
+        cut = torch.where(keep_sorted, srt, float("inf")).amin(-1, keepdim=True)  # the smallest kept probability
+        p = torch.where(p >= cut, p, 0.0)
+        p = p / p.sum(-1, keepdim=True)
+    return p

@@ -23,7 +23,7 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
-from dspark import _validate, disaggregation, planner, verify
+from dspark import _validate, disaggregation, planner, sampling, verify
 from dspark.draft_input import DraftInput
 from dspark.dspark_draft import DraftBlockProposer
 from dspark.engine_types import PrefillHandoff, Request, RequestState, SamplingParams, StepRecord
@@ -132,6 +132,8 @@ class DSparkEngine:
         _validate.positive_int(f"{where}.params.max_new_tokens", p.max_new_tokens)
         if not p.temperature >= 0:
             raise ValueError(f"{where}.params.temperature: must be >= 0, got {p.temperature}")
+        if not 0 < p.top_p <= 1:
+            raise ValueError(f"{where}.params.top_p: must lie in (0, 1], got {p.top_p}")
         if p.eos_id is not None and not 0 <= p.eos_id < self.vocab_size:
             raise ValueError(f"{where}.params.eos_id: must lie in [0, {self.vocab_size})")
         if len(r.prompt) + p.max_new_tokens > admission_limit(self.config.max_context_len, self.T):
@@ -326,14 +328,8 @@ class DSparkEngine:
         return lens, step.budget, planned
 
     def _target_probs(self, logits: torch.Tensor, temps: torch.Tensor, params: Sequence[SamplingParams]) -> torch.Tensor:
-        """softmax(logits / T) with top-k applied to the target only; logits [bs, ..., V]."""
-        shape = (-1,) + (1,) * (logits.dim() - 1)
-        scaled = logits / torch.where(temps > 0, temps, 1.0).reshape(shape)
-        for i, p in enumerate(params):
-            if p.top_k > 1 and p.top_k < self.vocab_size:
-                kth = torch.topk(scaled[i], p.top_k, dim=-1).values[..., -1:]
-                scaled[i] = torch.where(scaled[i] < kth, float("-inf"), scaled[i])
-        return torch.softmax(scaled, dim=-1)
+        """Each request's sampling law: temperature, then top-k and top-p applied to the target only."""
+        return sampling.target_probs(logits, temps.tolist(), [p.top_k for p in params], [p.top_p for p in params])
 
     def _verify_forward(self, cand: torch.Tensor, lens: Optional[torch.Tensor]):
         """Target logits / hiddens on the strided [bs, T] layout, and the rows computed."""

@@ -21,6 +21,7 @@ class SamplingParams:
     top_k: int = 0  # 0 = off; 1 = greedy
     max_new_tokens: int = 16
     eos_id: Optional[int] = None
+    top_p: float = 1.0  # 1 = off
 
     @property
     def is_greedy(self) -> bool:

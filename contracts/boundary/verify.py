@@ -39,6 +39,9 @@ class VerifyCase:
     verify_lens: Optional[Tuple[int, ...]] = None  # per row in [1, gamma+1]; None = no cap
     greedy: Optional[Tuple[bool, ...]] = None  # per-row greedy mask for mixed batches; None = none
     dtype: str = "float64"  # probabilities, coins and noise: "float64" or "float32"
+    temperature: float = 1.0  # the target's sampling settings; target_probs is their law
+    top_k: int = 0
+    top_p: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,11 @@ class VerifyInputs:
     verify_lens: Optional[torch.Tensor]  # [bs] int64 in [1, gamma+1], or None (= gamma+1)
     greedy_mask: torch.Tensor  # [bs] bool, for mixed_accept
     prefix_lens: torch.Tensor  # [bs] int64 >= 0: committed length before this step
+    # The target's sampling settings per row (None: temperature 1, no top-k, no top-p). target_probs is their
+    # law of target_logits; an engine that builds its own probabilities from logits and settings uses these.
+    temperatures: Optional[torch.Tensor] = None  # [bs] float > 0
+    top_k: Optional[torch.Tensor] = None  # [bs] int, 0 = off
+    top_p: Optional[torch.Tensor] = None  # [bs] float in (0, 1]
 
     @property
     def bs(self) -> int:
@@ -157,6 +165,14 @@ class VerifyResult:
         raise AttributeError(name)
 
 
+@dataclass(frozen=True)
+class AcceptDistributions:
+    """What an engine's sampling accept compares: the target law per verify row and the draft law per draft."""
+
+    target_probs: torch.Tensor  # [bs, gamma+1, V] as the accept test and residual read it
+    draft_probs: Optional[torch.Tensor]  # [bs, gamma, V]; None for a one-hot (point-mass) draft
+
+
 class VerifyLevel(Protocol):
     """Conversions only. Capability ``verify``: greedy_accept, finalize, sample_block.
     Capability ``verify.injected-noise`` adds sampling_accept and mixed_accept."""
@@ -168,3 +184,6 @@ class VerifyLevel(Protocol):
     # Chain sampling with the engine's own randomness, a function of (inputs, seed) only; coins and
     # resample_noise are ignored. Same inputs and seed must give the same result.
     def sample_block(self, inputs: VerifyInputs, seed: int) -> AcceptResult: ...
+    # Capability verify.distributions: the laws the engine's own sampling accept builds from the inputs
+    # (target_logits with temperatures/top_k/top_p; the drafts' law), recorded as the accept reads them.
+    def accept_distributions(self, inputs: VerifyInputs) -> AcceptDistributions: ...

@@ -17,7 +17,7 @@ import torch
 from contracts import oracle  # float64 laws of the target alone (no engine code)
 from contracts.boundary.verify import VerifyCase, VerifyInputs
 from contracts.checks import expect, expect_equal
-from contracts.protocol import VERIFY, VERIFY_INJECTED_NOISE, VERIFY_PLACEHOLDERS
+from contracts.protocol import VERIFY, VERIFY_DISTRIBUTIONS, VERIFY_INJECTED_NOISE, VERIFY_PLACEHOLDERS
 from contracts.registry import contract
 from contracts.scenarios.verify import (
     derived_block_law,
@@ -293,3 +293,83 @@ def block_lossless(engine, case):
     worst = max(set(completed) | set(exact), key=lambda k: abs(completed.get(k, 0.0) - exact.get(k, 0.0)))
     expect(tv <= LAW_ATOL, "TV(completed block law, target law)", f"<= {LAW_ATOL}",
            f"{tv:.3g}; worst sequence {worst}: engine {completed.get(worst, 0.0):.6g}, target {exact.get(worst, 0.0):.6g}")
+
+
+DISTRIBUTIONS = lambda: verify_cases(min_bs=1, max_bs=6, max_vocab=24, max_gamma=4)  # noqa: E731
+DIST_ATOL = {torch.float32: 2e-6, torch.float64: 1e-12}
+
+
+@contract("VERIFY-011", "the sampling accept reads the target law softmax(logits/T) cut by top-k then top-p (renormalised, "
+          "the crossing token kept) and the law each draft was drawn from, within the rounding of its float dtype; "
+          "a one-hot draft is a point mass on its candidate", requires={VERIFY, VERIFY_DISTRIBUTIONS}, cases=DISTRIBUTIONS,
+          max_examples=50)
+def accept_reads_the_right_laws(engine, case):
+    inputs = build(case)
+    d = engine.accept_distributions(inputs)
+    for name, got in (("target", d.target_probs), ("draft", d.draft_probs)):
+        if got is not None:
+            expect(got.dtype in DIST_ATOL, f"{name} probabilities dtype", "float32 or float64", got.dtype)
+    p = d.target_probs.reshape(inputs.bs, inputs.gamma + 1, -1).to(torch.float64)
+    bs, T, v = p.shape
+    temps = torch.ones(bs, dtype=torch.float64) if inputs.temperatures is None else inputs.temperatures.to(torch.float64)
+    ks = [0] * bs if inputs.top_k is None else inputs.top_k.tolist()
+    ps = [1.0] * bs if inputs.top_p is None else inputs.top_p.tolist()
+    tol = DIST_ATOL[d.target_probs.dtype]
+    for b in range(bs):
+        law = oracle.sampling_law(inputs.target_logits[b].to(torch.float64), float(temps[b]), int(ks[b]), float(ps[b]))
+        err = float((p[b] - law).abs().max())
+        expect(err <= tol, f"target law of row {b} (T={float(temps[b]):g}, top_k={ks[b]}, top_p={ps[b]:g})",
+               f"the oracle's within {tol:g}", f"max error {err:.3g}: {p[b, 0].tolist()} vs {law[0].tolist()}")
+    if inputs.draft_probs is None:
+        if d.draft_probs is not None:
+            q = d.draft_probs.reshape(bs, inputs.gamma, -1).to(torch.float64)
+            point = torch.nn.functional.one_hot(inputs.drafts.to(torch.int64), q.shape[-1]).to(torch.float64)
+            expect_equal("one-hot draft law", point.tolist(), q.tolist())
+        return
+    q = d.draft_probs.reshape(bs, inputs.gamma, -1).to(torch.float64)
+    err = float((q - inputs.draft_probs.to(torch.float64)).abs().max())
+    tol = DIST_ATOL[d.draft_probs.dtype] * 4
+    expect(err <= tol, "draft law the accept reads", f"the law the drafts were drawn from, within {tol:g}",
+           f"max error {err:.3g}")
+
+
+def _invalid_first_draft(case):
+    """The case's batch with draft 1 set to the id V (outside the vocabulary) in every row, and the target and draft
+    laws of the next position both on token 0: an unchecked id V reads a neighbour cell that favours acceptance.
+    The id sits at a position whose out-of-range read stays inside the batch's tensors."""
+    inputs = build(case)
+    v = inputs.vocab
+    cand = inputs.candidates.clone()
+    cand[:, 1] = v
+    point = torch.zeros(v, dtype=inputs.target_probs.dtype)
+    point[0] = 1.0
+    p = inputs.target_probs.clone()
+    p[:, 1] = point
+    logits = inputs.target_logits.clone()
+    logits[:, 1] = torch.where(point > 0, 0.0, -torch.inf).to(logits.dtype)
+    q = None
+    if inputs.draft_probs is not None:
+        q = inputs.draft_probs.clone()
+        q[:, 1] = point
+    return inputs.replace(candidates=cand, target_probs=p, target_logits=logits, draft_probs=q)
+
+
+INVALID = lambda: verify_cases(min_bs=1, max_bs=16, max_vocab=16, max_gamma=4).filter(lambda c: c.gamma >= 2)  # noqa: E731
+
+
+@contract("VERIFY-012", "a draft id outside [0, V) is never accepted: greedy and sampled accept stop before it "
+          "(correct_len 0 when the first draft is invalid), or the engine refuses the batch with a ValueError "
+          "naming the candidates", requires={VERIFY}, cases=INVALID, max_examples=30)
+def invalid_draft_never_accepted(engine, case):
+    inputs = _invalid_first_draft(case)
+    for mode in ("greedy", "block"):
+        for seed in (case.seed, case.seed + 1):
+            try:
+                r = verify_step(engine, inputs, mode, seed)
+            except (ValueError, TypeError) as e:
+                expect("candidates" in str(e), f"{mode}: refusal of the invalid draft id", "an error naming candidates",
+                       f"{type(e).__name__}: {e}")
+                break
+            _first_bad(_i64(r.correct_len) > 0, f"{mode} (seed {seed}): correct_len with draft 1 = V = {inputs.vocab}",
+                       "0 (the invalid draft is rejected)",
+                       lambda b: f"{int(r.correct_len[b])} (bonus {int(r.bonus[b])}, candidates {inputs.candidates[b].tolist()})")

@@ -31,7 +31,8 @@ N_PER_CAP = 8_000  # rows per (draft kind, verify length) group of the Markov sc
 
 def _inputs(cand, p, q, lens=None) -> VerifyInputs:
     n, width = cand.shape
-    return VerifyInputs(cand, p, p, q, torch.zeros(n, width - 1, dtype=torch.float64),
+    # Logits whose softmax is p: an engine that builds its own target law from logits reads the same law.
+    return VerifyInputs(cand, p.log(), p, q, torch.zeros(n, width - 1, dtype=torch.float64),
                         torch.ones(n, p.shape[-1], dtype=torch.float64), lens, torch.zeros(n, dtype=torch.bool),
                         torch.zeros(n, dtype=torch.int64))
 
@@ -132,4 +133,32 @@ def block_goodness_of_fit(engine):
             tests.append((f"{kind} drafts, L={length}: emitted block",
                           torch.tensor([counts.get(k, 0) for k in keys]),
                           torch.tensor([law.get(k, 0.0) for k in keys], dtype=torch.float64)))
+    _gate(tests)
+
+
+TEMPERATURES = (0.5, 1.7)
+N_TEMPERATURE = 20_000
+
+
+@contract("LOSSLESS-005", "Monte-Carlo, temperatures other than 1: with target logits T*log(p) at T = 0.5 and 1.7 and "
+          "drafts sampled from q, the token emitted at each position follows p there (the engine divides by T before "
+          "it compares), and the accepted-draft count follows prod(alpha_<n) * (1 - alpha_n) (family-wise false "
+          "alarm <= 1e-6)", requires={VERIFY}, marks=("stat",))
+def temperature_goodness_of_fit(engine):
+    gen = torch.Generator().manual_seed(SEED + 2)
+    gamma, v, n = 3, 8, N_TEMPERATURE
+    tests = []
+    for t in TEMPERATURES:
+        p, q = _positional_rows(gen, gamma, v)
+        drafts = torch.stack([torch.multinomial(q[k], n, replacement=True, generator=gen) for k in range(gamma)], 1)
+        cand = torch.cat([torch.zeros(n, 1, dtype=torch.int64), drafts], 1)
+        inputs = _inputs(cand, p.expand(n, -1, -1), q.expand(n, -1, -1)).replace(
+            target_logits=t * p.log().expand(n, -1, -1), temperatures=torch.full((n,), t, dtype=torch.float64))
+        r = verify_step(engine, inputs, "block", seed=SEED + 20 + len(tests))
+        c = r.correct_len.to(torch.int64)
+        alpha = torch.minimum(p[:gamma], q).sum(-1)
+        survive = torch.cat([torch.ones(1, dtype=torch.float64), torch.cumprod(alpha, 0)])
+        law = survive * torch.cat([1 - alpha, torch.ones(1, dtype=torch.float64)])
+        tests.append((f"T={t}: accepted-draft count", torch.bincount(c, minlength=gamma + 1), law))
+        tests += _position_tests(f"T={t}", c, r.out_tokens.to(torch.int64), p)
     _gate(tests)

@@ -90,7 +90,7 @@ def _inputs(e: Enumeration, index: torch.Tensor, coins: torch.Tensor, noise: tor
     n = index.numel()
     p = e.target_probs[index]
     return VerifyInputs(
-        candidates=e.candidates[index], target_logits=p, target_probs=p,  # logits unread by sampling
+        candidates=e.candidates[index], target_logits=p.log(), target_probs=p,  # softmax(logits) is p
         draft_probs=None if e.draft_probs is None else e.draft_probs[index],
         coins=coins, resample_noise=noise,
         verify_lens=None if e.verify_lens is None else e.verify_lens[index],

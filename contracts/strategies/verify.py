@@ -115,21 +115,33 @@ def build(case: VerifyCase) -> VerifyInputs:
     q = _rows(gen, q_family, bs * gamma, v, zero_cols).reshape(bs, gamma, v)
     drafts = _drafts(gen, case.draft_mode, p, q)
     anchor = torch.randint(0, v, (bs, 1), generator=gen)
-    probs = p.to(dtype)
+    settings = (case.temperature, case.top_k, case.top_p)
+    # Logits whose softmax at the temperature is p (-inf off its support, the argmax and ties of p); the target
+    # law is p cut by top-k / top-p, from the oracle.
+    logits = case.temperature * p.log()
+    if case.top_k or case.top_p < 1:
+        # Distinct logits, so a top-k or top-p cut never falls inside a tie (how a tie is broken is the engine's).
+        logits = logits + 1e-6 * torch.argsort(torch.rand(logits.shape, generator=gen), dim=-1).to(torch.float64)
+    law = p if settings == (1.0, 0, 1.0) else oracle.sampling_law(logits, *settings)
+    full = lambda x, dt: None if settings == (1.0, 0, 1.0) else torch.full((bs,), x, dtype=dt)  # noqa: E731
     return VerifyInputs(
         candidates=torch.cat([anchor, drafts], 1),
-        target_logits=probs.log(),  # -inf off the support; same argmax (and ties) as the probabilities
-        target_probs=probs,
+        target_logits=logits.to(dtype),
+        target_probs=law.to(dtype),
         draft_probs=None if one_hot else q.to(dtype),
         coins=torch.rand(bs, gamma, generator=gen, dtype=torch.float64).to(dtype),
         resample_noise=(1.0 / torch.empty(bs, v, dtype=torch.float64).exponential_(generator=gen).clamp_min(1e-30)).to(dtype),
         verify_lens=None if case.verify_lens is None else torch.tensor(case.verify_lens, dtype=torch.int64),
         greedy_mask=torch.zeros(bs, dtype=torch.bool) if case.greedy is None else torch.tensor(case.greedy, dtype=torch.bool),
         prefix_lens=torch.randint(0, 4096, (bs,), generator=gen),
+        temperatures=full(case.temperature, torch.float64), top_k=full(case.top_k, torch.int64),
+        top_p=full(case.top_p, torch.float64),
     )
 
 
 families = st.sampled_from(FAMILIES + ("mixed",))
+# The target's (temperature, top_k, top_p), simplest first: temperatures other than 1, a top-k and a top-p cut.
+SAMPLING = st.sampled_from([(1.0, 0, 1.0), (0.5, 0, 1.0), (1.5, 0, 1.0), (0.7, 3, 1.0), (1.2, 0, 0.8), (1.0, 4, 0.6)])
 draft_modes = st.sampled_from(DRAFT_MODES + ("mixed",))
 seeds = st.integers(0, 2**32 - 1)
 
@@ -162,7 +174,9 @@ def verify_cases(draw, *, min_bs=0, max_bs=16, max_vocab=64, max_gamma=8, capped
         rnd = random.Random(draw(seeds, label="greedy_mask_seed"))
         greedy = tuple(rnd.random() < 0.5 for _ in range(bs))
     dtype = draw(st.sampled_from(dtypes), label="dtype")
-    return VerifyCase(bs, gamma, vocab, target, draft, mode, draw(seeds, label="seed"), lens, greedy, dtype)
+    temperature, top_k, top_p = draw(SAMPLING, label="sampling")
+    return VerifyCase(bs, gamma, vocab, target, draft, mode, draw(seeds, label="seed"), lens, greedy, dtype,
+                      temperature, top_k, top_p)
 
 
 # A regression example: ties in the target, a one-hot draft, and caps of 1 and gamma+1.

@@ -11,20 +11,22 @@ from hypothesis import settings
 from contracts import ledger
 from contracts.adapters import sglang_env
 from contracts.registry import all_contracts
+from contracts.runner import _call as check_case  # one case, failures as ContractViolation
 from contracts.runner import run_contract
 from contracts.boundary.engine import PlanCase
+from contracts.boundary.verify import VerifyCase
 from contracts.strategies.kv import KvPlan
-from contracts.violation import ContractViolation, Mismatch
+from contracts.violation import ContractViolation
 
 pytestmark = pytest.mark.skipif(sglang_env.sglang_unavailable_reason() is not None,
                                 reason=str(sglang_env.sglang_unavailable_reason()))
 
 
 @pytest.fixture(scope="module")
-def sglang_engine():
+def engines():
     from contracts.engines import load_engine
 
-    return load_engine("sglang")
+    return {name: load_engine(name) for name in ("sglang", "sglang-chain")}
 
 
 def _row_widened_for_dflash(mp):
@@ -64,31 +66,55 @@ def _forced_fraction_skips_verify_all_cache(mp):
     mp.setattr(DSparkVerifyPlanner, "schedule_layout", schedule_layout)
 
 
+def _candidates_refused_out_of_range(mp):
+    """accept_draft_tokens refuses a draft id outside [0, V) with a ValueError naming the candidates."""
+    from sglang.srt.speculative.dspark_components import dspark_verify
+
+    real = dspark_verify.accept_draft_tokens
+
+    def accept(*, candidates, target_logits, **kw):
+        bad = (candidates < 0) | (candidates >= target_logits.shape[-1])
+        if bool(bad.any()):
+            raise ValueError(f"candidates: ids outside [0, {target_logits.shape[-1]})")
+        return real(candidates=candidates, target_logits=target_logits, **kw)
+
+    mp.setattr(dspark_verify, "accept_draft_tokens", accept)
+
+
+INVALID_DRAFT = VerifyCase(bs=1, gamma=2, vocab=2, target_family="sparse", draft_family="sparse", draft_mode="sampled",
+                           seed=0)
+
 FINDINGS = [
     # (contract, shrunk case, correction)
     ("KV-002", KvPlan(gamma=8, page_choice=0, context_len=48, requests=((True, 0.0, 0),), commits=((1,),)),
      _row_widened_for_dflash),
     ("PLAN-010", PlanCase(confidence=((0.0,),), verify_mode="compact", sps=None, force_budget_frac=0.25, capture_bs=None),
      _forced_fraction_skips_verify_all_cache),
+    ("VERIFY-012", INVALID_DRAFT, _candidates_refused_out_of_range),
 ]
+ENGINES = {"VERIFY-012": ("sglang", "sglang-chain")}
 
 
-@pytest.mark.parametrize("contract_id, case, correct", FINDINGS, ids=[f[0] for f in FINDINGS])
-def test_finding_is_sglangs(sglang_engine, contract_id, case, correct):
-    contract = all_contracts()[contract_id]
-    known = ledger.entries("sglang", sglang_engine.version, contract_id)
-    assert known, f"{contract_id}: a finding without a ledger entry"
+CASES = [(cid, engine, case, correct) for cid, case, correct in FINDINGS for engine in ENGINES.get(cid, ("sglang",))]
+
+
+@pytest.mark.parametrize("contract_id, engine_name, case, correct", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
+def test_finding_is_sglangs(engines, contract_id, engine_name, case, correct):
+    engine, contract = engines[engine_name], all_contracts()[contract_id]
+    known = ledger.entries(engine_name, engine.version, contract_id)
+    assert known, f"{contract_id} on {engine_name}: a finding without a ledger entry"
     with pytest.raises(ContractViolation) as caught:
-        run_contract(contract, sglang_engine)
+        run_contract(contract, engine)
     assert ledger.match(known, caught.value) is not None, str(caught.value)
-    with pytest.raises(Mismatch):
-        contract.check(sglang_engine, case)  # the shrunk case fails as it stands
+    with pytest.raises(ContractViolation) as shrunk:
+        check_case(contract, engine, case)  # the shrunk case fails as it stands, on the ledger's field
+    assert ledger.match(known, shrunk.value) is not None, str(shrunk.value)
     with pytest.MonkeyPatch.context() as mp:
         correct(mp)
-        contract.check(sglang_engine, case)
-        run_contract(contract, sglang_engine)  # the whole contract at the check's settings
+        contract.check(engine, case)
+        run_contract(contract, engine)  # the whole contract at the check's settings
 
 
 def test_every_sglang_ledger_entry_has_a_correction_test():
-    listed = {e.contract_id for e in ledger.LEDGER if e.engine == "sglang"}
-    assert listed == {f[0] for f in FINDINGS}
+    listed = {(e.engine, e.contract_id) for e in ledger.LEDGER if e.engine.startswith("sglang")}
+    assert listed == {(engine, cid) for cid, engine, _, _ in CASES}

@@ -143,6 +143,33 @@ def _sps_lookup_unclamped(mp):
     mp.setattr(dspark_planner, "_lookup_sps_tensor", lookup)
 
 
+def _softmax_ignores_temperature(mp):
+    """The verify softmax at temperature 1: target and draft laws of sampled rows ignore the request's temperature."""
+    from sglang.kernels.ops.speculative.dspark.dspark_accept import SoftmaxTemp
+
+    real = SoftmaxTemp.execute.__func__
+
+    def execute(cls, *, logits, temperatures, rows_per_request):
+        return real(cls, logits=logits, temperatures=torch.ones_like(temperatures), rows_per_request=rows_per_request)
+
+    mp.setattr(SoftmaxTemp, "execute", classmethod(execute))
+
+
+def _draft_probs_at_temperature_one(mp):
+    """The draft law rebuilt from its step logits at temperature 1, not at the temperature it was drawn at."""
+    from sglang.srt.speculative.dspark_components import dspark_verify
+
+    real = dspark_verify._draft_probs
+
+    def draft_probs(draft_block, vocab, device):
+        import msgspec
+
+        return real(msgspec.structs.replace(draft_block, temperatures=torch.ones_like(draft_block.temperatures)),
+                    vocab, device)
+
+    mp.setattr(dspark_verify, "_draft_probs", draft_probs)
+
+
 BUGS = [
     ("DSPARK handoff dispatch falls through to None", _dispatch_falls_through, ("HANDOFF-001", "HANDOFF-010")),
     ("relay stash skipped", _stash_skipped, ("HANDOFF-007",)),
@@ -155,6 +182,8 @@ BUGS = [
     ("graph bucket one size up", _bucket_one_size_up, ("GRAPH-002",)),
     ("verify budget counts cells below survival_eps", _budget_counts_invalid_cells, ("PLAN-006",)),
     ("SPS lookup wraps below the first probe", _sps_lookup_unclamped, ("PLAN-004",)),
+    ("verify softmax ignores the temperature", _softmax_ignores_temperature, ("VERIFY-011",)),
+    ("draft law rebuilt at temperature 1", _draft_probs_at_temperature_one, ("VERIFY-011",)),
 ]
 
 

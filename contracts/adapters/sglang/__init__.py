@@ -29,7 +29,7 @@ class SGLangAdapter(SGLangHandoff, SGLangDpMetadata, SGLangKv, SGLangGraph, SGLa
     # Not declared: verify.injected-noise (SGLang draws its own coins and Gumbel noise), verify.placeholders
     # (out_tokens past commit_len keep the rejected drafts), step (needs a model runner with weights).
     capabilities = frozenset({protocol.HANDOFF, protocol.DP_METADATA, protocol.KV, protocol.GRAPH, protocol.PLANNER,
-                              protocol.VERIFY})
+                              protocol.VERIFY, protocol.VERIFY_DISTRIBUTIONS})
 
     def __init__(self):
         sglang_env.check_sglang_installed()  # every load: one line naming the install command, never a fallback
@@ -37,3 +37,11 @@ class SGLangAdapter(SGLangHandoff, SGLangDpMetadata, SGLangKv, SGLangGraph, SGLa
         import sglang
 
         self.version = sglang.__version__
+
+
+class SGLangChainAdapter(SGLangAdapter):
+    """SGLang with every sampled accept on its default path, `AcceptSampling`'s chain kernel (Triton, through the
+    interpreter on CPU: about 10 ms a row, so the Monte-Carlo contracts take tens of minutes here)."""
+
+    name = "sglang-chain"
+    use_blockwise_rejection = False

@@ -1,45 +1,153 @@
-"""Verify level on SGLang."""
+"""Verify level on SGLang: the accept as `TargetVerifyExecutor.accept_and_finalize` runs it eagerly.
+
+`accept_draft_tokens` (greedy, sampled and mixed rows, the cutoff layout) and `build_accept_outs` (the TP
+sync sites, `FinalizeAcceptLens`, `BuildOutTokens`), with SGLang's own inputs: a `SamplingBatchInfo` built
+by `SamplingBatchInfo.from_schedule_batch` from real `Req`s with the case's temperature, top-k and top-p; a
+`DraftBlockResult` whose step logits are `temperature * log q` (so SGLang's `_draft_probs` rebuilds q, the
+law the drafts were drawn from; a one-hot draft is `greedy_draft`); a `DFlashDraftInputV2` whose top-k
+summary (`max_top_k`, `uniform_top_k_value`) is set from the same requests as its `prepare_for_decode` sets
+it (hides: a bug in that summary); a `RaggedVerifyLayout` for the verify lengths.
+
+Sampled rows take SGLang's default path, `AcceptSampling`'s chain kernel (Triton, through the interpreter
+on CPU), seeded through the global torch generator it draws from. The statistical contracts need tens of
+thousands of rows, which the interpreter cannot afford, so the `sglang` adapter's `sample_block` takes the
+block-wise rejection path where SGLang applies it (`rejection_noise` set, as the worker sets it on CUDA with
+SGLANG_OPT_DSV41_BLOCKWISE_REJECTION; its torch path on CPU), and the `sglang-chain` adapter the default
+chain path for everything (see `contracts.adapters.sglang.chain_adapter`).
+"""
 
 from __future__ import annotations
 
+from array import array
+from types import SimpleNamespace
+
 import torch
 
-from contracts.adapters.sglang.runtime import runtime
-from contracts.boundary.verify import AcceptResult, CommitResult, VerifyInputs
+from contracts.adapters.sglang.runtime import CPU, runtime
+from contracts.boundary.verify import AcceptDistributions, AcceptResult, CommitResult, VerifyInputs
+
+_TP = None
+
+
+def _tp_sync():
+    global _TP
+    if _TP is None:
+        from sglang.srt.speculative.spec_tp_sync import SpecTpSync
+
+        _TP = SpecTpSync(SimpleNamespace(world_size=1, rank_in_group=0))
+    return _TP
+
+
+def _settings(inputs: VerifyInputs, greedy_rows):
+    bs = inputs.bs
+    temps = [1.0] * bs if inputs.temperatures is None else [float(t) for t in inputs.temperatures]
+    ks = [0] * bs if inputs.top_k is None else [int(k) for k in inputs.top_k]
+    ps = [1.0] * bs if inputs.top_p is None else [float(p) for p in inputs.top_p]
+    return [(0.0, 1, 1.0) if g else (t, k, p) for g, t, k, p in zip(greedy_rows, temps, ks, ps)]
+
+
+def _requests(settings, vocab):
+    from sglang.srt.managers.schedule_batch import Req
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    reqs = []
+    for i, (t, k, p) in enumerate(settings):
+        params = SamplingParams(max_new_tokens=16, temperature=t, top_k=k if k > 0 else -1, top_p=p)
+        params.normalize(None)
+        params.verify(vocab)
+        reqs.append(Req(f"v{i}", "", array("q", [1]), params, vocab_size=vocab))
+    return reqs
 
 
 class SGLangVerify:
-    def _ops(self):
-        runtime()
-        from sglang.kernels.ops.speculative.dspark import blockwise_rejection, dspark_accept, dspark_verify_window
+    use_blockwise_rejection = True  # sample_block: block-wise rejection where SGLang applies it (see above)
 
-        return dspark_accept, dspark_verify_window, blockwise_rejection
+    def _batch(self, inputs: VerifyInputs, greedy_rows):
+        """SGLang's sampling info, draft block and draft input for one verify."""
+        rt = runtime()
+        from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
+        from sglang.srt.speculative.dspark_components.dspark_draft import DraftBlockResult, make_next_draft_input
+
+        bs, vocab = inputs.bs, inputs.vocab
+        settings = _settings(inputs, greedy_rows)
+        pools = rt.pools(pool_size=max(bs, 1), kv_slots=1, context_len=8)
+        batch = rt.schedule_batch(pools, _requests(settings, vocab), enable_overlap=False)
+        info = SamplingBatchInfo.from_schedule_batch(batch, vocab)
+        temps = info.temperatures.view(-1).clamp(min=1e-5)  # as resolve_draft_params clamps them
+        q = inputs.draft_probs
+        block = DraftBlockResult(
+            draft_tokens=inputs.drafts.to(torch.int64),
+            corrected_logits=None if q is None else (temps[:, None, None] * q.to(torch.float32).log()),
+            greedy_mask=info.top_ks.view(-1) <= 1, temperatures=temps, greedy_draft=q is None)
+        di = make_next_draft_input(bonus_tokens=inputs.candidates[:, 0].to(torch.int64), new_seq_lens=inputs.prefix_lens)
+        top_ks = [r.sampling_params.top_k for r in batch.reqs]
+        di.max_top_k = max(max(top_ks, default=1), 1)
+        di.uniform_top_k_value = top_ks[0] if top_ks and len(set(top_ks)) == 1 else None
+        return info, block, di
+
+    def _layout(self, inputs: VerifyInputs):
+        if inputs.verify_lens is None:
+            return None
+        from sglang.srt.speculative.ragged_verify import RaggedVerifyLayout
+
+        lens = [int(n) for n in inputs.verify_lens]
+        return RaggedVerifyLayout.from_verify_lens(verify_lens_cpu=lens, device=CPU, grid=[sum(lens)])
+
+    def _accept(self, inputs: VerifyInputs, greedy_rows, *, rejection_noise=None) -> AcceptResult:
+        from sglang.srt.speculative.dspark_components.dspark_verify import accept_draft_tokens
+
+        info, block, di = self._batch(inputs, greedy_rows)
+        bs, T = inputs.candidates.shape
+        correct, bonus, trim = accept_draft_tokens(
+            candidates=inputs.candidates.to(torch.int64),
+            target_logits=inputs.target_logits.reshape(bs * T, -1).to(torch.float32),
+            draft_block=block, sampling_info=info, draft_input=di, gamma=T - 1, verify_num_draft_tokens=T,
+            cutoff_layout=self._layout(inputs), block_verification=False, rejection_noise=rejection_noise)
+        # The chain kernel returns views of buffers it reuses on the next call.
+        return AcceptResult(correct.clone(), bonus.clone(), trim.clone())
 
     def greedy_accept(self, inputs: VerifyInputs) -> AcceptResult:
-        accept, _, _ = self._ops()
-        bs, T = inputs.candidates.shape
-        cutoff = None if inputs.verify_lens is None else inputs.verify_lens.to(torch.int32)
-        correct, bonus, trim = accept.AcceptGreedy.execute(
-            candidates=inputs.candidates, target_logits=inputs.target_logits.reshape(bs * T, inputs.target_logits.shape[-1]),
-            verify_num_draft_tokens=T, cutoff_verify_lens=cutoff)
-        return AcceptResult(correct, bonus, torch.zeros_like(correct) if trim is None else trim)
+        return self._accept(inputs, [True] * inputs.bs)
 
     def finalize(self, inputs: VerifyInputs, accept: AcceptResult) -> CommitResult:
-        accept_ops, window, _ = self._ops()
-        lens = accept_ops.FinalizeAcceptLens.execute(correct_len=accept.correct_len, cap_trim_lens=accept.cap_trim,
-                                                     prefix_lens=inputs.prefix_lens)
-        out = window.BuildOutTokens.execute(draft_tokens=inputs.drafts, correct_len=accept.correct_len, bonus=accept.bonus,
-                                            verify_num_draft_tokens=inputs.gamma + 1, gamma=inputs.gamma)
-        return CommitResult(lens.commit_lens, lens.new_seq_lens, out)
+        runtime()
+        from sglang.srt.speculative.dspark_components.dspark_verify import build_accept_outs
+        from sglang.srt.speculative.spec_tp_sync import SpecTpSyncSite
+
+        out = build_accept_outs(
+            correct_len=accept.correct_len, bonus=accept.bonus, cap_trim_lens=accept.cap_trim,
+            prefix_lens=inputs.prefix_lens, draft_tokens=inputs.drafts.to(torch.int64), gamma=inputs.gamma,
+            verify_num_draft_tokens=inputs.gamma + 1, tp_sync=_tp_sync(), sync_site=SpecTpSyncSite.DSPARK_ACCEPT_SAMPLE)
+        return CommitResult(out.commit_lens, out.new_seq_lens, out.out_tokens)
 
     def sample_block(self, inputs: VerifyInputs, seed: int) -> AcceptResult:
-        """SGLang's block-wise rejection (torch reference), keyed by `seed`; probabilities enter as log-probabilities."""
-        _, _, blockwise = self._ops()
-        bs = inputs.bs
-        ones = torch.ones(bs, dtype=torch.float32)
-        draft_logits = None if inputs.draft_probs is None else torch.log(inputs.draft_probs.float())
-        noise = blockwise.RejectionNoise(key=int(seed), counter=torch.zeros(1, dtype=torch.int64))
-        correct, bonus, trim = blockwise.blockwise_rejection_torch(
-            candidates=inputs.candidates, target_logits=torch.log(inputs.target_probs.float()), draft_logits=draft_logits,
-            target_temperatures=ones, draft_temperatures=ones, noise=noise, cutoff_verify_lens=inputs.verify_lens)
-        return AcceptResult(correct, bonus, trim)
+        """Sampled rows with SGLang's own randomness, keyed by `seed`."""
+        runtime()
+        from sglang.kernels.ops.speculative.dspark.blockwise_rejection import make_rejection_noise
+
+        noise = make_rejection_noise(int(seed), CPU) if self.use_blockwise_rejection else None
+        with torch.random.fork_rng(devices=[]):  # the chain kernel (also where block-wise does not apply: top-k /
+            torch.manual_seed(int(seed))         # top-p) draws its coins from the global generator
+            return self._accept(inputs, [False] * inputs.bs, rejection_noise=noise)
+
+    def accept_distributions(self, inputs: VerifyInputs) -> AcceptDistributions:
+        """The target and draft probabilities SGLang's default sampled accept hands its chain kernel."""
+        runtime()
+        from sglang.kernels.ops.speculative.dspark import dspark_accept
+
+        seen = {}
+        real = dspark_accept.chain_speculative_sampling_triton
+
+        def recording(**kw):
+            seen.update(target=kw["target_probs"].clone(), draft=kw["draft_probs"].clone())
+            return real(**kw)
+
+        dspark_accept.chain_speculative_sampling_triton = recording
+        try:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                self._accept(inputs, [False] * inputs.bs)
+        finally:
+            dspark_accept.chain_speculative_sampling_triton = real
+        draft = None if inputs.draft_probs is None else seen["draft"]
+        return AcceptDistributions(seen["target"], draft)

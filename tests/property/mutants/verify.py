@@ -8,6 +8,7 @@ per bug class, written apart from the reference so that it cannot inherit a fix.
 
 import torch
 
+from dspark import sampling
 from dspark import verify as dv
 from dspark.verify import reference
 from dspark.verify.results import AcceptOut, Finalized
@@ -24,13 +25,15 @@ def _leading(mask):
     return mask.to(torch.int64).cumprod(1).sum(1)
 
 
-def _sampling(*, strict=True, q_zero_rejected=True, residual=True, carry="draft", noise_rows=None):
+def _sampling(*, strict=True, q_zero_rejected=True, residual=True, carry="draft", noise_rows=None, flat_gather=False):
     """A chain sampler with one bug switched on.
 
     strict: accept iff u*q < p (False: <=). q_zero_rejected: False accepts a draft the draft model gave 0.
     residual: False resamples from p, not max(p - q, 0). carry: "draft" (correct), "resample" (a capped row
     draws a new token instead of keeping d_L), "peek" (d_L is kept only if d_{L+1} also passed).
     noise_rows: a function of bs giving the noise row each request reads (a batch-position bug).
+    flat_gather: p(d) and q(d) read through the flattened rows, unchecked, as a kernel without a bounds check does:
+    an id V reads the next row's first column.
     """
 
     def sampling_accept(candidates, target_probs, draft_probs, coins, resample_noise, verify_lens=None):
@@ -40,8 +43,16 @@ def _sampling(*, strict=True, q_zero_rejected=True, residual=True, carry="draft"
         cand = candidates.to(torch.int64)
         drafts = cand[:, 1:]
         rows = torch.arange(bs)
-        p_d = target_probs[:, :gamma].gather(2, drafts[:, :, None])[:, :, 0].to(acc)
-        q_d = torch.ones_like(p_d) if draft_probs is None else draft_probs.gather(2, drafts[:, :, None])[:, :, 0].to(acc)
+        if flat_gather:
+            v = target_probs.shape[-1]
+            flat = lambda t, rows_per_req: torch.cat([t.reshape(-1), t.new_zeros(1)])[  # noqa: E731
+                (rows[:, None] * rows_per_req + torch.arange(gamma)[None, :]) * v + drafts]
+            p_d = flat(target_probs, width).to(acc)
+            q_d = torch.ones_like(p_d) if draft_probs is None else flat(draft_probs, gamma).to(acc)
+            drafts = drafts.clamp(max=v - 1)  # what the rest of the sampler reads stays in range
+        else:
+            p_d = target_probs[:, :gamma].gather(2, drafts[:, :, None])[:, :, 0].to(acc)
+            q_d = torch.ones_like(p_d) if draft_probs is None else draft_probs.gather(2, drafts[:, :, None])[:, :, 0].to(acc)
         u = coins.to(acc)
         passes = (u * q_d < p_d) if strict else (u * q_d <= p_d)
         if q_zero_rejected:
@@ -125,6 +136,35 @@ def _sampler(**bug):
     return lambda mp: mp.setattr(reference, "sampling_accept", _sampling(**bug))
 
 
+def _unchecked_ids(mp):
+    """No range check of the candidates, and a sampler that reads p(d), q(d) through flattened rows."""
+    from dspark.verify import validate
+
+    mp.setattr(validate, "token_range", lambda name, t, vocab: None)
+    _sampler(flat_gather=True)(mp)
+
+
+_real_target_probs = sampling.target_probs
+
+
+def _temperature_ignored(logits, temperatures, top_ks, top_ps):
+    return _real_target_probs(logits, [1.0] * len(temperatures), top_ks, top_ps)
+
+
+def _top_p_drops_crossing_token(logits, temperatures, top_ks, top_ps):
+    """Keep only the tokens whose running mass stays below top_p: the token that crosses it is cut too."""
+    probs = _real_target_probs(logits, temperatures, top_ks, [1.0] * len(top_ps))
+    for i, p in enumerate(top_ps):
+        if p < 1:
+            srt, order = torch.sort(probs[i], dim=-1, descending=True)
+            keep = torch.cumsum(srt, -1) < p
+            keep[..., 0] = True
+            cut = torch.zeros_like(keep).scatter(-1, order, keep)
+            probs[i] = torch.where(cut, probs[i], 0.0)
+            probs[i] = probs[i] / probs[i].sum(-1, keepdim=True)
+    return probs
+
+
 MUTANTS = [
     Mutant("resample-from-p-not-residual", ("LOSSLESS-001", "LOSSLESS-002", "LOSSLESS-003", "LOSSLESS-004"),
            _sampler(residual=False)),
@@ -148,6 +188,11 @@ MUTANTS = [
            lambda mp: mp.setattr(reference, "finalize", _finalize_anchor_not_committed)),
     Mutant("mixed-mask-inverted", ("VERIFY-006",),
            lambda mp: mp.setattr(reference, "select_mixed", _select_mixed_inverted)),
+    Mutant("draft-ids-unchecked-flat-read", ("VERIFY-012",), _unchecked_ids),
+    Mutant("target-temperature-not-applied", ("VERIFY-011", "LOSSLESS-005"),
+           lambda mp: mp.setattr(sampling, "target_probs", _temperature_ignored)),
+    Mutant("top-p-drops-the-crossing-token", ("VERIFY-011",),
+           lambda mp: mp.setattr(sampling, "target_probs", _top_p_drops_crossing_token)),
     Mutant("sample-block-noise-unseeded", ("VERIFY-007",),
            lambda mp: mp.setattr(dv, "draw_resample_noise", _unseeded_noise)),
 ]

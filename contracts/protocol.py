@@ -26,6 +26,7 @@ STEP = "step"
 RANKS = "ranks"
 KV = "kv"  # what a decode step reserves in the KV cache, and who writes the allocation lengths
 GRAPH = "graph"  # which captured CUDA graph a live batch is admitted to, and the geometry replayed
+DRAFT = "draft"  # the draft forward's positions and KV slots, and the commit of target features into its context
 
 
 @runtime_checkable
@@ -67,4 +68,5 @@ CAPABILITIES: Mapping[str, Capability] = {
     RANKS: Capability("contracts.boundary.ranks:RanksLevel", ("run_rank_scenario",)),
     KV: Capability("contracts.boundary.kv:KvLevel", ("kv_admission_limit", "kv_page_sizes", "run_kv_steps")),
     GRAPH: Capability("contracts.boundary.graph:GraphLevel", ("graph_admission",)),
+    DRAFT: Capability("contracts.boundary.draft:DraftLevel", ("draft_step",)),
 }

@@ -181,3 +181,48 @@ class DraftBlockProposer:
         fb.global_num_token_non_padded_cpu = n
         if self._num_token_non_padded_buf is not None:
             fb.global_num_token_non_padded = torch.tensor(n, dtype=torch.int32, device=self.device)
+
+
+# ---- the verify window, and the commit of target features into the draft context -----------------
+
+
+@dataclass
+class VerifyWindow:
+    """Positions n .. n+T-1 of each request (anchor, then the drafts) and the KV slots its row holds there."""
+
+    positions_2d: torch.Tensor  # [bs, T] int64
+    cache_loc_2d: torch.Tensor  # [bs, T] int64
+
+
+def alloc_verify_window(batch, verify_num_draft_tokens: int) -> VerifyWindow:
+    """The window of one decode step, read from the request-to-token rows the step's reservation filled."""
+    T = _validate.positive_int("verify_num_draft_tokens", verify_num_draft_tokens)
+    seq = batch.seq_lens.to(torch.int64)
+    cols = seq[:, None] + torch.arange(T)
+    rows = batch.req_pool_indices.to(torch.int64)[:, None].expand_as(cols)
+    table = batch.req_to_token_pool.req_to_token
+    if cols.numel() and int(cols.max()) >= table.shape[1]:
+        raise ValueError(f"batch.seq_lens: the verify window reaches column {int(cols.max())} of a {table.shape[1]}-wide row")
+    return VerifyWindow(cols, table[rows, cols].to(torch.int64))
+
+
+def with_verify_window(fb: ForwardBatch, window: VerifyWindow, query_token_num: int) -> ForwardBatch:
+    """The draft forward writes its Q rows into the first Q slots of the verify window."""
+    fb.out_cache_loc = window.cache_loc_2d[:, :query_token_num].reshape(-1)
+    return fb
+
+
+@dataclass
+class CommitInject:
+    loc_2d: torch.Tensor  # [bs, T] the draft-context slot each verify column is written to; -1: not written
+    positions_2d: torch.Tensor  # [bs, T]
+    rows_2d: torch.Tensor  # [bs, T] the verify row whose target features are written
+
+
+def commit_inject_layout(window: VerifyWindow, commit_lens: torch.Tensor) -> CommitInject:
+    """Target features reach the draft context for exactly the committed columns (col < commit_len)."""
+    lens = _validate.int_tensor("commit_lens", commit_lens, nonnegative=True).to(torch.int64)
+    bs, T = window.cache_loc_2d.shape
+    committed = torch.arange(T)[None, :] < lens[:, None]
+    loc = torch.where(committed, window.cache_loc_2d, -1)
+    return CommitInject(loc, window.positions_2d, torch.arange(bs * T).reshape(bs, T))

@@ -170,6 +170,32 @@ def _draft_probs_at_temperature_one(mp):
     mp.setattr(dspark_verify, "_draft_probs", draft_probs)
 
 
+def _draft_slots_one_column_late(mp):
+    """The draft forward bound to the verify window's columns 1..Q instead of 0..Q-1."""
+    from sglang.srt.mem_cache.kv_loc_plan import KVLocPlan
+
+    real = KVLocPlan.bind
+
+    def bind(self, batch, reader, *, cols=None):
+        if isinstance(cols, slice) and cols.start == 0 and cols.stop is not None:
+            return real(self, batch, reader, cols=slice(1, cols.stop + 1))
+        return real(self, batch, reader, cols=cols)
+
+    mp.setattr(KVLocPlan, "bind", bind)
+
+
+def _commit_gate_off_by_one(mp):
+    """The commit gate `col <= commit_len`: the first rejected column is written into the draft context."""
+    from sglang.srt.speculative.dspark_components.dspark_kv_inject import TargetHiddenKvInjector
+
+    real = TargetHiddenKvInjector.committed_swa_loc
+
+    def committed_swa_loc(self, *, commit_lens=None, **kw):
+        return real(self, commit_lens=None if commit_lens is None else commit_lens + 1, **kw)
+
+    mp.setattr(TargetHiddenKvInjector, "committed_swa_loc", committed_swa_loc)
+
+
 BUGS = [
     ("DSPARK handoff dispatch falls through to None", _dispatch_falls_through, ("HANDOFF-001", "HANDOFF-010")),
     ("relay stash skipped", _stash_skipped, ("HANDOFF-007",)),
@@ -184,6 +210,8 @@ BUGS = [
     ("SPS lookup wraps below the first probe", _sps_lookup_unclamped, ("PLAN-004",)),
     ("verify softmax ignores the temperature", _softmax_ignores_temperature, ("VERIFY-011",)),
     ("draft law rebuilt at temperature 1", _draft_probs_at_temperature_one, ("VERIFY-011",)),
+    ("draft KV slots one column late", _draft_slots_one_column_late, ("DRAFT-001",)),
+    ("commit gate off by one", _commit_gate_off_by_one, ("DRAFT-002",)),
 ]
 
 

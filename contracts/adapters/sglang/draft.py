@@ -162,3 +162,64 @@ def idle_participation(side: DraftSide, batch, *, dp_moe_sync: bool, enable_num_
 def decode_config(side: DraftSide):
     with runtime().config(num_draft_tokens=side.verify_num_draft_tokens):
         yield
+
+
+class _SwaDraftPool:
+    """The surface of SGLang's DeepSeek-V4 draft KV pool that the commit-inject path reads: its slot translation
+    is the real one (`DeepSeekV4TokenToKVPool.translate_loc_from_full_to_swa`, a gather through the mapping);
+    the pool's storage is not built (it needs a GPU-sized config)."""
+
+    swa_req_ring_size = None
+    sliding_window = None
+    set_swa_key_buffer_radix_fused_norm_rope = None  # its presence selects the SWA (MLA) inject path
+
+    def __init__(self, slots: int):
+        from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool
+
+        self.full_to_swa_index_mapping = torch.arange(slots + 1, dtype=torch.int64)
+        self._translate = DeepSeekV4TokenToKVPool.translate_loc_from_full_to_swa
+
+    def translate_loc_from_full_to_swa(self, loc):
+        return self._translate(self, loc)
+
+
+class _RecordingDraftModel:
+    """The draft model's KV write: records what SGLang's injector hands it."""
+
+    def __init__(self):
+        self.calls = []
+
+    def write_target_hidden_kv(self, **kw):
+        self.calls.append(kw)
+
+
+def commit_inject(side: DraftSide, batch, window, commit_lens: torch.Tensor, pools):
+    """`TargetVerifyExecutor.commit_hidden` (the worker's eager commit) with a real `TargetHiddenKvInjector`;
+    the target's hidden row of verify row i is the constant i, so what is written says which row it came from."""
+    from sglang.srt.speculative.draft_worker_common import build_block_pos_offsets
+    from sglang.srt.speculative.dspark_components.dspark_kv_inject import TargetHiddenKvInjector
+    from sglang.srt.speculative.dspark_components.dspark_verify import TargetVerifyExecutor
+    from sglang.srt.speculative.spec_tp_sync import SpecTpSync
+
+    T, bs = side.verify_num_draft_tokens, len(batch.reqs)
+    target_runner = SimpleNamespace(device=CPU, kv_index_translator=side.translator,
+                                    req_to_token_pool=pools.req_to_token_pool)
+    model = _RecordingDraftModel()
+    offsets = build_block_pos_offsets(length=T, device=CPU)
+    slots = int(pools.req_to_token_pool.req_to_token.max()) + 1
+    injector = TargetHiddenKvInjector(
+        draft_model=model, model_runner=target_runner, device=CPU, verify_num_draft_tokens=T,
+        draft_model_runner=SimpleNamespace(token_to_kv_pool=_SwaDraftPool(slots), kv_index_translator=side.translator),
+        block_pos_offsets=offsets)
+    executor = TargetVerifyExecutor(
+        target_worker=SimpleNamespace(model_runner=SimpleNamespace(model_config=SimpleNamespace(
+            hf_text_config=SimpleNamespace(model_type="dspark-contracts")))),
+        gamma=T - 1, verify_num_draft_tokens=T, model_runner=target_runner, kv_injector=injector,
+        tp_sync=SpecTpSync(SimpleNamespace(world_size=1, rank_in_group=0)))
+    hidden = torch.arange(bs * T, dtype=torch.float32)[:, None].repeat(1, HIDDEN)
+    with cpu_kernels():
+        executor.commit_hidden(batch=batch, layout=None, hidden_strided=hidden, verify_window=window,
+                               logits_output=SimpleNamespace(hidden_states=hidden), commit_lens=commit_lens, bs=bs,
+                               run_compact=False)
+    (call,) = model.calls
+    return call

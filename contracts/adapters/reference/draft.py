@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+import torch
+
+from contracts.boundary.draft import DraftCase, DraftObservation
+from dspark import disaggregation, dspark_draft, mem_cache, toy_models
+from dspark.overlap_utils import FutureMap
+from dspark.schedule_batch import Req, ReqToTokenPool, ScheduleBatch
+
+VOCAB = 64
+
+
+class ReferenceDraft:
+    def draft_step(self, case: DraftCase) -> DraftObservation:
+        T, bs = case.gamma + 1, case.bs
+        width = max(case.prefix_lens) + 2 * T + 1
+        pool = ReqToTokenPool(bs + 1, width)
+        alloc = mem_cache.TokenToKVPoolAllocator(bs * width + 1)
+        rows = list(range(1, bs + 1))
+        mem_cache.extend_rows(pool.req_to_token, rows, [0] * bs, list(case.prefix_lens), alloc)  # the handoff's KV
+        reqs = [Req(rid=i, origin_input_ids=[0] * n, output_ids=[tok], req_pool_idx=r, kv_committed_len=n, kv_allocated_len=n)
+                for i, (r, n, tok) in enumerate(zip(rows, case.prefix_lens, case.bonus_tokens))]
+        batch = ScheduleBatch.prebuilt(reqs, pool, speculative_num_draft_tokens=T, token_to_kv_pool_allocator=alloc)
+        disaggregation.process_prebuilt(batch, FutureMap(pool.size))
+        batch.prepare_for_decode()  # reserves the verify window's slots
+        proposer = dspark_draft.DraftBlockProposer(case.gamma, mask_token_id=VOCAB - 1,
+                                                   sample_from_anchor=case.sample_from_anchor)
+        window = dspark_draft.alloc_verify_window(batch, T)
+        fb = dspark_draft.with_verify_window(proposer.new_draft_forward_batch(batch), window, proposer.query_token_num)
+        target = toy_models.ToyTarget(VOCAB, seed=case.seed)
+        drafter = toy_models.make_drafter("vanilla", target, seed=case.seed + 1)
+        ctx = [[0] * n for n in case.prefix_lens]
+        hiddens = [torch.zeros(n, target.hidden_size, dtype=torch.float64) for n in case.prefix_lens]
+        gumbel = torch.zeros(bs, case.gamma, VOCAB, dtype=torch.float64)
+        proposal = proposer.propose(drafter, ctx, hiddens, batch.spec_info.bonus_tokens, torch.zeros(bs, dtype=torch.float64),
+                                    gumbel)
+        inject = dspark_draft.commit_inject_layout(window, torch.tensor(case.commit_lens, dtype=torch.int64))
+        q = proposer.query_token_num
+        per = lambda t, w: tuple(tuple(int(x) for x in row) for row in t.reshape(bs, w).tolist())  # noqa: E731
+        return DraftObservation(
+            query_width=q, mask_token_id=proposer.mask_token_id, input_ids=per(fb.input_ids, q),
+            positions=per(fb.positions, q), cache_locs=per(fb.out_cache_loc, q), row_slots=per(window.cache_loc_2d, T),
+            draft_tokens=per(proposal.draft_tokens, case.gamma),
+            inject_written=tuple(tuple(bool(x >= 0) for x in row) for row in inject.loc_2d.tolist()),
+            inject_positions=per(inject.positions_2d, T), inject_rows=per(inject.rows_2d, T))

@@ -1,0 +1,44 @@
+"""Draft level: where the draft forward of one decode step reads and writes, and what the commit puts back.
+
+The verify window of a request with committed length n covers positions n .. n+T-1 (anchor, then the gamma
+drafts) at the KV slots its request-to-token row holds there. The draft forward reads Q query rows at the first
+Q of them; after the verify, the target's features of the committed columns (col < commit_len) are written into
+the draft's context at those columns' positions, and no other column is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Tuple
+
+
+@dataclass(frozen=True)
+class DraftCase:
+    gamma: int
+    sample_from_anchor: bool
+    prefix_lens: Tuple[int, ...]  # committed lengths
+    bonus_tokens: Tuple[int, ...]  # the anchors, token ids in [0, 64)
+    commit_lens: Tuple[int, ...]  # what the verify committed, 1..T per request
+    seed: int = 0
+
+    @property
+    def bs(self) -> int:
+        return len(self.prefix_lens)
+
+
+@dataclass(frozen=True)
+class DraftObservation:
+    query_width: int  # Q, the draft forward's rows per request
+    mask_token_id: int
+    input_ids: Tuple[Tuple[int, ...], ...]  # [bs][Q] the draft forward's input ids
+    positions: Tuple[Tuple[int, ...], ...]  # [bs][Q]
+    cache_locs: Tuple[Tuple[int, ...], ...]  # [bs][Q] the KV slots the draft forward writes
+    row_slots: Tuple[Tuple[int, ...], ...]  # [bs][T] the request-to-token row at positions n .. n+T-1
+    draft_tokens: Tuple[Tuple[int, ...], ...]  # [bs][gamma]
+    inject_written: Tuple[Tuple[bool, ...], ...]  # [bs][T] the commit wrote this verify column into the draft context
+    inject_positions: Tuple[Tuple[int, ...], ...]  # [bs][T] the position it wrote (every column, gated or not)
+    inject_rows: Tuple[Tuple[int, ...], ...]  # [bs][T] the verify row whose target features it wrote
+
+
+class DraftLevel(Protocol):
+    def draft_step(self, case: DraftCase) -> DraftObservation: ...  # one draft forward and the commit after its verify

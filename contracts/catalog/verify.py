@@ -296,7 +296,8 @@ def block_lossless(engine, case):
 
 
 DISTRIBUTIONS = lambda: verify_cases(min_bs=1, max_bs=6, max_vocab=24, max_gamma=4)  # noqa: E731
-DIST_ATOL = {torch.float32: 2e-6, torch.float64: 1e-12}
+# float32 rounding either way: engines hold the sampling settings (temperatures, top-p) in float32.
+DIST_ATOL = {torch.float32: 2e-6, torch.float64: 2e-6}
 
 
 @contract("VERIFY-011", "the sampling accept reads the target law softmax(logits/T) cut by top-k then top-p (renormalised, "

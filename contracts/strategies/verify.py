@@ -118,10 +118,12 @@ def build(case: VerifyCase) -> VerifyInputs:
     settings = (case.temperature, case.top_k, case.top_p)
     # Logits whose softmax at the temperature is p (-inf off its support, the argmax and ties of p); the target
     # law is p cut by top-k / top-p, from the oracle.
-    logits = case.temperature * p.log()
     if case.top_k or case.top_p < 1:
-        # Distinct logits, so a top-k or top-p cut never falls inside a tie (how a tie is broken is the engine's).
-        logits = logits + 1e-6 * torch.argsort(torch.rand(logits.shape, generator=gen), dim=-1).to(torch.float64)
+        # Distinct probabilities (a relative spread of 1e-3, which float32 keeps), so a top-k or top-p cut never
+        # falls inside a tie: how a tie is broken is the engine's.
+        rank = torch.argsort(torch.rand(p.shape, generator=gen, dtype=torch.float64), dim=-1).to(torch.float64)
+        p = _normalise(p * (1 + 1e-3 * rank / v))
+    logits = case.temperature * p.log()
     law = p if settings == (1.0, 0, 1.0) else oracle.sampling_law(logits, *settings)
     full = lambda x, dt: None if settings == (1.0, 0, 1.0) else torch.full((bs,), x, dtype=dt)  # noqa: E731
     return VerifyInputs(

@@ -100,7 +100,7 @@ class SGLangVerify:
         bs, T = inputs.candidates.shape
         correct, bonus, trim = accept_draft_tokens(
             candidates=inputs.candidates.to(torch.int64),
-            target_logits=inputs.target_logits.reshape(bs * T, -1).to(torch.float32),
+            target_logits=inputs.target_logits.reshape(bs * T, -1),  # the dtype as given (float32 or float64)
             draft_block=block, sampling_info=info, draft_input=di, gamma=T - 1, verify_num_draft_tokens=T,
             cutoff_layout=self._layout(inputs), block_verification=False, rejection_noise=rejection_noise)
         # The chain kernel returns views of buffers it reuses on the next call.

@@ -1,6 +1,10 @@
 import os
 
-import torch
+# Contract cases are tiny tensors: one intra-op thread is faster and steadier than a pool on a 2-core
+# machine (as `dspark-contracts check` runs); set before torch starts its pool.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402
 
 # Triton decides interpreted vs compiled when a kernel is decorated, so the
 # interpreter must be chosen before anything imports dspark.verify.triton_kernels.

@@ -41,7 +41,11 @@ def _target(spec: str) -> str:
 
 
 def load_engine(spec: str):
+    """The adapter `spec` names, checked (contracts.validation) before any contract sees it."""
+    from contracts.validation import validate_adapter
+
     target = _target(spec)
+    where = f"engine {spec!r}" + ("" if target == spec else f" ({target})")
     module_name, _, attr = target.partition(":")
     try:
         factory = getattr(importlib.import_module(module_name), attr)
@@ -49,9 +53,16 @@ def load_engine(spec: str):
     except EngineLoadError:
         raise
     except Exception as e:
-        raise EngineLoadError(f"engine {spec!r} ({target}) could not be loaded: {e}") from e
-    for field in ("name", "version", "device", "capabilities"):
-        if not hasattr(engine, field):
-            raise EngineLoadError(f"engine {spec!r} ({target}) is not an adapter: it has no {field!r}")
+        raise EngineLoadError(f"{where} could not be loaded: {type(e).__name__}: {e}") from e
+    try:
+        validate_adapter(engine)
+    except (TypeError, ValueError) as e:
+        raise EngineLoadError(f"{where} is not a valid adapter: {e}") from None
     engine.engine_spec = spec
     return engine
+
+
+def engine_label(engine) -> str:
+    """The one name reports use: the adapter's `name`, plus the spec it was loaded by where that differs."""
+    spec = getattr(engine, "engine_spec", engine.name)
+    return engine.name if spec == engine.name else f"{engine.name} ({spec})"

@@ -12,7 +12,7 @@ from hypothesis import settings
 
 from contracts import profiles
 from contracts.engines import EngineLoadError, chosen_engine, load_engine
-from contracts.report import ContractTable
+from contracts.report import ContractTable, engine_properties, failure_properties, find_violation
 
 profiles.register()  # at import, so `--hypothesis-profile dev` resolves in Hypothesis' own configure
 
@@ -27,7 +27,6 @@ MARKERS = {
 }
 _TABLE = pytest.StashKey[ContractTable]()
 _ENGINE = pytest.StashKey[object]()
-_CONFIG = None  # the running session's config, for report hooks that get no config
 
 
 def pytest_addoption(parser):
@@ -36,6 +35,8 @@ def pytest_addoption(parser):
                     help="engine under test: an entry point name or module:factory (default: $DSPARK_ENGINE, else reference)")
     group.addoption("--contracts-json", default=None, metavar="PATH", help="write the contract x result table as JSON")
     group.addoption("--contract", action="append", default=[], metavar="ID", help="run only these contract ids")
+    group.addoption("--contracts-progress", action="store_true", default=False,
+                    help="print one line per contract as it finishes (id, result, time) instead of dots")
 
 
 def pytest_configure(config):
@@ -44,8 +45,31 @@ def pytest_configure(config):
     if config.getoption("hypothesis_profile", None) is None:
         settings.load_profile(profiles.default_profile())
     config.stash[_TABLE] = ContractTable(engine=chosen_engine(config.getoption("engine")))
-    global _CONFIG
-    _CONFIG = config
+    if config.getoption("contract"):  # a typo would otherwise select nothing, silently
+        from contracts.registry import all_contracts
+        from contracts.validation import contract_ids
+
+        try:
+            config.option.contract = contract_ids(config.getoption("contract"), all_contracts())
+        except ValueError as e:
+            raise pytest.UsageError(str(e)) from None
+    # Per config, not a module global: an in-process inner session (pytester) must not take over the outer table.
+    config.pluginmanager.register(_Recorder(config), "dspark-contracts-recorder")
+
+
+class Preloaded:
+    """Hands an adapter that is already loaded to the session, so it is not loaded twice.
+
+    `dspark-contracts check` loads the engine before pytest starts (to fail fast with
+    one line) and passes this to `pytest.main(plugins=...)`; xdist workers still load their own.
+    """
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_configure(self, config):
+        config.stash[_ENGINE] = self.engine
 
 
 @pytest.fixture(scope="session")
@@ -98,48 +122,92 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_report_header(config):
+    # The engine is named, not loaded: loading stays lazy (collection, and runs that select no contract).
     spec = chosen_engine(config.getoption("engine"))
-    lines = [f"dspark-contracts: hypothesis profile={settings._current_profile}"]
-    try:
-        eng = load_engine(spec)
-        config.stash[_ENGINE] = eng
-        lines.append(f"engine: {eng.name} {eng.version} on {eng.device}; capabilities: {', '.join(sorted(eng.capabilities))}")
-    except EngineLoadError as e:
-        lines.append(f"engine: {spec} (not loaded: {e})")
+    lines = [f"dspark-contracts: hypothesis profile={_profile_name()}", f"engine: {spec} (loaded on first use)"]
     env = {k: v for k, v in os.environ.items() if k.startswith("DSPARK_")}
     if env:
         lines.append("env: " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
     return lines
 
 
-def pytest_runtest_logreport(report):
-    # user_properties survive xdist's worker -> controller serialisation.
-    contract_id = dict(report.user_properties).get("dspark_contract")
-    if contract_id is None or _CONFIG is None:
-        return
-    from contracts.registry import all_contracts
+def _profile_name() -> str:
+    getter = getattr(settings, "get_current_profile_name", None)
+    return getter() if getter is not None else settings._current_profile
 
-    contract, table = all_contracts()[contract_id], _CONFIG.stash[_TABLE]
-    if hasattr(report, "wasxfail"):
-        table.record(contract, "known-failure", report.duration, report.wasxfail)
-    elif report.skipped:
-        detail = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        table.record(contract, "skipped", report.duration, detail)
-    elif report.failed:
-        crash = getattr(report.longrepr, "reprcrash", None)
-        detail = crash.message.splitlines()[0] if crash is not None and crash.message else report.when
-        table.record(contract, "failed", report.duration, detail)
-    else:
-        table.record(contract, "passed", report.duration)
+
+def _hypothesis_info(config) -> dict:
+    current = settings.default
+    seed = config.getoption("hypothesis_seed", None)
+    return {"profile": _profile_name(), "derandomize": bool(current.derandomize), "max_examples": current.max_examples,
+            "seed": None if seed is None else str(seed), "database": current.database is not None}
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    # Runs where the test ran (an xdist worker too): the engine and the violation are only here.
+    report = yield
+    if item.get_closest_marker("contract") is None:
+        return report
+    if _ENGINE in item.config.stash:
+        report.user_properties.extend(engine_properties(item.config.stash[_ENGINE]))
+    violation = None if call.excinfo is None else find_violation(call.excinfo.value)
+    if violation is not None:
+        props = failure_properties(violation)
+        report.user_properties.extend(props)
+        item.user_properties.extend(props)  # the teardown report carries them on, into --junitxml
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_report_teststatus(report, config):
+    result = yield
+    if result and config.getoption("contracts_progress") and "dspark_contract" in dict(report.user_properties):
+        category, _letter, word = result
+        return category, "", word  # the progress line replaces the dot
+    return result
+
+
+class _Recorder:
+    """Turns the session's contract reports into table rows (and progress lines)."""
+
+    def __init__(self, config):
+        self.config = config
+
+    def pytest_runtest_logreport(self, report):
+        # user_properties survive xdist's worker -> controller serialisation.
+        props = dict(report.user_properties)
+        contract_id = props.get("dspark_contract")
+        if contract_id is None:
+            return
+        from contracts.registry import all_contracts
+
+        contract, table = all_contracts()[contract_id], self.config.stash[_TABLE]
+        if hasattr(report, "wasxfail"):
+            row = table.record(contract, "known-failure", report.duration, report.wasxfail, props)
+        elif report.skipped:
+            detail = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            row = table.record(contract, "skipped", report.duration, detail, props)
+        elif report.failed:
+            crash = getattr(report.longrepr, "reprcrash", None)
+            detail = crash.message.splitlines()[0] if crash is not None and crash.message else report.when
+            row = table.record(contract, "failed", report.duration, detail, props)
+        else:
+            row = table.record(contract, "passed", report.duration, "", props)
+        if report.when == "teardown" and self.config.getoption("contracts_progress"):
+            terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+            if terminal is not None:
+                terminal.write_line(table.progress_line(row), flush=True)
 
 
 def pytest_terminal_summary(terminalreporter, config):
     table = config.stash[_TABLE]
+    table.hypothesis = _hypothesis_info(config)
+    path = config.getoption("contracts_json")
+    if path:  # written even when no contract ran, so a caller can tell "none ran" from "crashed"
+        table.write_json(path)
     if not table.rows:
         return
     terminalreporter.section("dspark contracts")
     for line in table.lines():
         terminalreporter.write_line(line)
-    path = config.getoption("contracts_json")
-    if path:
-        table.write_json(path)

@@ -1,11 +1,62 @@
-"""The contract x result table: collected from pytest reports, printed and written as JSON."""
+"""The contract x result table: collected from pytest reports, printed and written as JSON.
+
+Everything a row needs travels in the reports' `user_properties` (plain strings),
+because those are what survive pytest-xdist's worker -> controller serialisation.
+"""
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from typing import Optional
 
 _RANK = {"passed": 0, "skipped": 1, "known-failure": 2, "failed": 3}  # the worst outcome of a contract's phases wins
+# user_properties keys: the engine under test, and a failure's ContractViolation fields.
+ENGINE_KEYS = ("dspark_engine", "dspark_engine_name", "dspark_engine_spec", "dspark_engine_version",
+               "dspark_engine_device", "dspark_engine_capabilities")
+FAILURE_KEYS = {"field": "dspark_field", "expected": "dspark_expected", "observed": "dspark_observed",
+                "case": "dspark_case", "repro": "dspark_repro", "message": "dspark_message"}
+
+
+def engine_properties(engine) -> list:
+    from contracts.engines import engine_label
+
+    values = (engine_label(engine), engine.name, getattr(engine, "engine_spec", engine.name), engine.version,
+              engine.device, ",".join(sorted(engine.capabilities)))
+    return list(zip(ENGINE_KEYS, map(str, values)))
+
+
+def find_violation(exc) -> Optional[BaseException]:
+    """The ContractViolation behind a test's exception: itself, its cause/context (a ledger xfail), a group member."""
+    from contracts.violation import ContractViolation
+
+    seen = set()
+    todo = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, ContractViolation):
+            return e
+        todo += [e.__cause__, e.__context__, *getattr(e, "exceptions", ())]
+    return None
+
+
+def failure_properties(violation) -> list:
+    values = {"field": violation.what, "expected": violation.expected, "observed": violation.observed,
+              "case": "" if violation.case is None else repr(violation.case), "repro": violation.repro or "",
+              "message": str(violation).splitlines()[0]}
+    return [(FAILURE_KEYS[k], str(v)) for k, v in values.items()]
+
+
+@dataclass
+class Failure:
+    field: str
+    expected: str
+    observed: str
+    case: str
+    repro: str
 
 
 @dataclass
@@ -13,27 +64,50 @@ class Row:
     id: str
     statement: str
     engine: str
+    requires: list = field(default_factory=list)
     result: str = "passed"
     seconds: float = 0.0
     detail: str = ""
+    failure: Optional[Failure] = None
 
 
 @dataclass
 class ContractTable:
-    engine: str
+    engine: str  # the spec until a report names the loaded engine (engine_label)
     rows: dict = field(default_factory=dict)
+    engine_info: dict = field(default_factory=dict)  # name, spec, version, device, capabilities
+    hypothesis: dict = field(default_factory=dict)  # profile, derandomize, max_examples, seed
 
-    def record(self, contract, outcome: str, seconds: float, detail: str = "") -> None:
-        row = self.rows.setdefault(contract.id, Row(contract.id, contract.statement, self.engine, outcome))
+    def note_engine(self, properties: dict) -> None:
+        if self.engine_info or "dspark_engine" not in properties:
+            return
+        self.engine = properties["dspark_engine"]
+        self.engine_info = {k[len("dspark_engine_"):]: properties[k] for k in ENGINE_KEYS[1:] if k in properties}
+        self.engine_info["capabilities"] = sorted(filter(None, self.engine_info.get("capabilities", "").split(",")))
+        for row in self.rows.values():
+            row.engine = self.engine
+
+    def record(self, contract, outcome: str, seconds: float, detail: str = "", properties: Optional[dict] = None) -> Row:
+        properties = properties or {}
+        self.note_engine(properties)
+        row = self.rows.setdefault(contract.id, Row(contract.id, contract.statement, self.engine, sorted(contract.requires)))
         row.seconds += seconds
         if _RANK[outcome] > _RANK[row.result]:
             row.result, row.detail = outcome, detail
+            if outcome in ("failed", "known-failure") and FAILURE_KEYS["field"] in properties:
+                row.failure = Failure(**{f.name: properties.get(FAILURE_KEYS[f.name], "") for f in fields(Failure)})
+                if outcome == "failed":  # a known failure keeps the ledger's reason as its detail
+                    row.detail = properties.get(FAILURE_KEYS["message"]) or detail
+        return row
 
     def counts(self) -> dict:
         out = {"passed": 0, "failed": 0, "skipped": 0, "known-failure": 0}
         for row in self.rows.values():
             out[row.result] += 1
         return out
+
+    def progress_line(self, row: Row) -> str:
+        return f"{row.id:<12} {row.result:<13} {row.seconds:6.1f}s"
 
     def lines(self) -> list:
         width = max((len(r.id) for r in self.rows.values()), default=2)
@@ -43,12 +117,26 @@ class ContractTable:
             out.append(f"{r.id:<{width}}  {r.result:<7}  {r.seconds:5.1f}s  {text}")
             if r.result != "passed" and r.detail:
                 out.append(f"{'':<{width}}  {'':<7}  {'':>6}  -> {r.detail}")
+            if r.failure is not None and r.failure.repro:
+                out.append(f"{'':<{width}}  {'':<7}  {'':>6}     repro: {r.failure.repro}")
         c = self.counts()
-        out.append(f"engine={self.engine}: {c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped, "
+        info = self.engine_info
+        where = f" {info['version']} on {info['device']}" if info else ""
+        out.append(f"engine={self.engine}{where}: {c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped, "
                    f"{c['known-failure']} known failures")
+        if self.hypothesis:
+            h = self.hypothesis
+            seed = "derandomized" if h.get("derandomize") else f"seed={h.get('seed')}"
+            out.append(f"hypothesis: profile={h.get('profile')} ({seed}, max_examples={h.get('max_examples')})")
         return out
+
+    def as_dict(self) -> dict:
+        info = self.engine_info
+        return {"engine": self.engine, "engine_name": info.get("name"), "engine_spec": info.get("spec"),
+                "engine_version": info.get("version"), "engine_device": info.get("device"),
+                "capabilities": info.get("capabilities"), "hypothesis": self.hypothesis, "counts": self.counts(),
+                "contracts": [asdict(r) for r in sorted(self.rows.values(), key=lambda r: r.id)]}
 
     def write_json(self, path: str) -> None:
         with open(path, "w") as f:
-            json.dump({"engine": self.engine, "counts": self.counts(),
-                       "contracts": [asdict(r) for r in sorted(self.rows.values(), key=lambda r: r.id)]}, f, indent=2)
+            json.dump(self.as_dict(), f, indent=2)

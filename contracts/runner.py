@@ -6,6 +6,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis.errors import UnsatisfiedAssumption
 
+from contracts.engines import engine_label
 from contracts.registry import Contract, all_contracts
 from contracts.violation import ContractViolation, Mismatch
 
@@ -28,12 +29,12 @@ def _call(contract: Contract, engine, case) -> None:
     try:
         contract.check(engine) if contract.cases is None else contract.check(engine, case)
     except Mismatch as m:
-        raise ContractViolation(contract.id, engine.name, contract.statement, m.what, m.expected, m.observed,
+        raise ContractViolation(contract.id, engine_label(engine), contract.statement, m.what, m.expected, m.observed,
                                 case=case, repro=repro_line(contract, engine, case)) from None
     except (ContractViolation, UnsatisfiedAssumption):  # an engine-declared input limit discards the example
         raise
     except Exception as e:  # an engine crash is a violation too, reported the same way
-        raise ContractViolation(contract.id, engine.name, contract.statement, "call", "no exception",
+        raise ContractViolation(contract.id, engine_label(engine), contract.statement, "call", "no exception",
                                 f"{type(e).__name__}: {e}", case=case,
                                 repro=repro_line(contract, engine, case)) from e
 
@@ -41,7 +42,7 @@ def _call(contract: Contract, engine, case) -> None:
 def run_contract(contract: Contract, engine, **settings_overrides) -> None:
     missing = sorted(contract.requires - set(engine.capabilities))
     if missing:
-        pytest.skip(f"engine {engine.name} lacks capability {', '.join(missing)}")
+        pytest.skip(f"engine {engine_label(engine)} lacks capability {', '.join(missing)}")
     if contract.cases is None:
         _call(contract, engine, None)
         return

@@ -27,8 +27,8 @@
 #   top-level requirements (with the versions already installed on the dev
 #   machine preferred), i.e. a consistent closure: afterwards `pip check` only
 #   complains about sglang's own (deliberately skipped) requirements.
-#   All 81 files (80 pins + the sglang wheel) were checked to resolve from pypi.org
-#   alone (`pip install --isolated --dry-run --index-url https://pypi.org/simple`).
+#   All 81 files (80 pins + the sglang wheel) were checked to resolve from the public
+#   Python package index alone (an isolated `pip install --dry-run` against it).
 # Needs network access to PyPI (or a mirror holding these exact files) and
 # glibc >= 2.34 (the sglang wheel is manylinux_2_34_x86_64, cp311).
 set -euo pipefail

@@ -4,8 +4,7 @@ from functools import lru_cache
 
 from hypothesis import strategies as st
 
-from contracts.boundary.engine import (BudgetCase, EngineSpec, LayoutCase, LoopCase, PlanCase, RequestSpec, ScheduleCase,
-                                       SpsSpec)
+from contracts.boundary.engine import BudgetCase, EngineSpec, LayoutCase, LoopCase, PlanCase, RequestSpec, ScheduleCase, SpsSpec
 
 # Repeated values make ties (across positions and requests) common: the tie order is part of the contract.
 confidence_values = st.sampled_from([0.0, 1e-7, 0.25, 0.5, 0.8, 0.9, 1.0]) | st.floats(0.0, 1.0)

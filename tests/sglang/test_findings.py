@@ -6,15 +6,14 @@ settings `dspark-contracts check` uses. Runs only where sglang 0.5.23 is install
 """
 
 import pytest
-from hypothesis import settings
 
 from contracts import ledger
 from contracts.adapters import sglang_env
+from contracts.boundary.engine import PlanCase
+from contracts.boundary.verify import VerifyCase
 from contracts.registry import all_contracts
 from contracts.runner import _call as check_case  # one case, failures as ContractViolation
 from contracts.runner import run_contract
-from contracts.boundary.engine import PlanCase
-from contracts.boundary.verify import VerifyCase
 from contracts.strategies.kv import KvPlan
 from contracts.violation import ContractViolation
 

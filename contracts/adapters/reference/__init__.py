@@ -14,7 +14,8 @@ from contracts.adapters.reference.ranks import ReferenceRanks
 from contracts.adapters.reference.verify import ReferenceVerify
 
 
-class ReferenceAdapter(ReferenceHandoff, ReferenceDpMetadata, ReferenceKv, ReferenceGraph, ReferenceDraft, ReferenceRanks, ReferencePlanner, ReferenceEngine, ReferenceVerify):
+class ReferenceAdapter(ReferenceHandoff, ReferenceDpMetadata, ReferenceKv, ReferenceGraph, ReferenceDraft,
+                       ReferenceRanks, ReferencePlanner, ReferenceEngine, ReferenceVerify):
     name = "reference"
     version = dspark.__version__
     device = "cpu"

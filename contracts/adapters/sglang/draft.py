@@ -22,7 +22,6 @@ import contextlib
 import types
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Optional
 
 import torch
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 from contracts.adapters.sglang.runtime import CPU, cpu_kernels, runtime
 from contracts.boundary.kv import KvCase, KvRequestStep, KvStep
 
-
 WRITES: dict = {}  # id(ReqKvInfo) -> writes of kv_allocated_len since the last reset
 
 
@@ -81,9 +80,10 @@ class SGLangKv:
                     except Exception as e:  # reported; nothing after it is observed
                         out.append(KvStep((), (), 0, False, f"{type(e).__name__}: {e}"))
                         break
+                    width = r2t.shape[1]
                     out.append(KvStep(
-                        tuple(KvRequestStep(r.kv.kv_committed_len, b, r.kv.kv_allocated_len, WRITES[id(r.kv)],
-                                            r2t.shape[1], tuple(r2t[r.kv.req_pool_idx, : min(r.kv.kv_allocated_len, r2t.shape[1])].tolist()))
+                        tuple(KvRequestStep(r.kv.kv_committed_len, b, r.kv.kv_allocated_len, WRITES[id(r.kv)], width,
+                                            tuple(r2t[r.kv.req_pool_idx, : min(r.kv.kv_allocated_len, width)].tolist()))
                               for r, b in zip(reqs, before)),
                         tuple(asks[-1]) if asks else tuple((b, b) for b in before),
                         free - pools.allocator.available_size(), not bool((r2t[others] == untouched).all())))

@@ -24,6 +24,7 @@ PLANNER_MIN_VERIFY_LEN = "planner.min-verify-len"  # schedule_verify_lens honour
 PLANNER_EMPTY_BATCH = "planner.empty-batch"  # layout helpers accept bs == 0
 STEP = "step"
 RANKS = "ranks"
+RANKS_TP = "ranks.tp-sync"  # a tensor-parallel group's verify on real rank processes, with the engine's own sync
 KV = "kv"  # what a decode step reserves in the KV cache, and who writes the allocation lengths
 GRAPH = "graph"  # which captured CUDA graph a live batch is admitted to, and the geometry replayed
 DRAFT = "draft"  # the draft forward's positions and KV slots, and the commit of target features into its context
@@ -52,7 +53,7 @@ CAPABILITIES: Mapping[str, Capability] = {
         "new_future_map", "new_prebuilt_batch", "batch_rows", "process_prebuilt", "draft_input_view", "relay_snapshot",
         "prepare_for_decode", "resolve_relay")),
     DP_METADATA: Capability("contracts.boundary.dp:DpMetadataLevel", (
-        "fill_draft_dp_metadata", "init_mlp_sync_metadata", "scale_global_num_tokens")),
+        "fill_draft_dp_metadata", "init_mlp_sync_metadata", "scale_global_num_tokens", "local_num_token_non_padded")),
     VERIFY: Capability("contracts.boundary.verify:VerifyLevel", ("greedy_accept", "finalize", "sample_block")),
     VERIFY_INJECTED_NOISE: Capability("contracts.boundary.verify:VerifyLevel", ("sampling_accept", "mixed_accept")),
     VERIFY_EMPTY_BATCH: Capability(None),
@@ -66,6 +67,7 @@ CAPABILITIES: Mapping[str, Capability] = {
     STEP: Capability("contracts.boundary.engine:StepLevel", (
         "new_engine", "add_requests", "step", "abort", "set_overlap", "request_views", "target_next_logits")),
     RANKS: Capability("contracts.boundary.ranks:RanksLevel", ("run_rank_scenario",)),
+    RANKS_TP: Capability("contracts.boundary.ranks:TpRanksLevel", ("run_tp_scenario",)),
     KV: Capability("contracts.boundary.kv:KvLevel", ("kv_admission_limit", "kv_page_sizes", "run_kv_steps")),
     GRAPH: Capability("contracts.boundary.graph:GraphLevel", ("graph_admission",)),
     DRAFT: Capability("contracts.boundary.draft:DraftLevel", ("draft_step",)),

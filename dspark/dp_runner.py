@@ -99,6 +99,7 @@ class DpRunConfig:
     seed: int = 0
     timeout_s: Optional[float] = None  # None: DEFAULT_TIMEOUT_S at call time
     startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
+    payload: Optional[tuple] = None  # plain data for a rank program other than RankProgram (picklable)
 
     def __post_init__(self):
         validate_config(self)

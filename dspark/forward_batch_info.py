@@ -90,3 +90,11 @@ class ForwardBatch:
         self.can_run_decode_cuda_graph = batch.can_run_decode_cuda_graph
         self.can_run_dp_draft_cuda_graph = batch.can_run_dp_draft_cuda_graph
         self.is_extend_in_batch = batch.is_extend_in_batch
+
+
+def local_num_token_non_padded(global_num_token_non_padded: int, num_tokens_per_dp: int, attn_tp_size: int,
+                               attn_tp_rank: int) -> int:
+    """An attention-TP rank's share of its DP rank's real tokens: the width splits into equal chunks, real tokens
+    first (SGLang `compute_local_num_token_non_padded`)."""
+    chunk = num_tokens_per_dp // attn_tp_size
+    return min(max(global_num_token_non_padded - chunk * attn_tp_rank, 0), chunk)

@@ -50,6 +50,13 @@ class ScalingCase:
     logprob_width: int
 
 
+@dataclass(frozen=True)
+class LocalTokensCase:
+    global_count: int  # a DP rank's non-padded tokens
+    num_tokens_per_dp: int  # its width as the DP sync padded it: a multiple of the attention-TP size
+    attn_tp_size: int
+
+
 @dataclass
 class DpSyncObservation:
     before: dict  # field -> value (tensors cloned) right before the call
@@ -64,3 +71,4 @@ class DpMetadataLevel(Protocol):
     def fill_draft_dp_metadata(self, case: DpSyncCase) -> DpSyncObservation: ...
     def init_mlp_sync_metadata(self, case: DpSyncCase) -> DpSyncObservation: ...  # the generic fill, draft worker, same inputs
     def scale_global_num_tokens(self, counts, logprob_counts, width: int, logprob_width: int) -> Tuple[list, list]: ...
+    def local_num_token_non_padded(self, case: LocalTokensCase) -> list: ...  # per attention-TP rank, in rank order

@@ -65,5 +65,47 @@ class RanksRun:
     wall_s: float
 
 
+@dataclass(frozen=True)
+class TpScenario:
+    """One verify step on the ranks of a tensor-parallel group whose inputs differ in the last bits.
+
+    Each rank builds its inputs with `contracts.strategies.ranks.tp_inputs(scenario, rank)`: the same
+    candidates, committed lengths and budget everywhere; confidence and target logits perturbed per rank by
+    `divergence`, so left alone the ranks would plan and accept differently.
+    """
+
+    name: str
+    world_size: int
+    bs: int
+    gamma: int
+    vocab: int
+    budget: int
+    divergence: float
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class TpRankResult:
+    rank: int
+    local_verify_lens: Tuple[int, ...]  # what the rank planned from its own inputs, before any sync
+    verify_lens: Tuple[int, ...]  # what it verified with
+    correct_len: Tuple[int, ...]
+    bonus: Tuple[int, ...]
+    cap_trim: Tuple[int, ...]
+    commit_len: Tuple[int, ...]
+    new_seq_lens: Tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TpRun:
+    scenario: TpScenario
+    ranks: Tuple[TpRankResult, ...]  # empty when the run failed
+    failure: Optional[RankRunFailure]
+
+
 class RanksLevel(Protocol):
     def run_rank_scenario(self, scenario: RankScenario) -> RanksRun: ...  # runs world_size rank processes
+
+
+class TpRanksLevel(Protocol):
+    def run_tp_scenario(self, scenario: TpScenario) -> TpRun: ...  # world_size rank processes, one TP group

@@ -15,7 +15,7 @@ from contracts.boundary.dp import COUNT_FIELDS, FLAG_FIELDS
 from contracts.checks import expect, expect_dtype, expect_equal, expect_values
 from contracts.protocol import DP_METADATA
 from contracts.registry import contract
-from contracts.strategies.dp import SEED_CASE, dp_sync_cases, scaling_cases
+from contracts.strategies.dp import SEED_CASE, dp_sync_cases, local_tokens_cases, scaling_cases
 
 SCALED = lambda: dp_sync_cases(dp_moe_sync=True, coordination=False, counts_present=True)  # noqa: E731
 COORDINATED = lambda: dp_sync_cases(dp_moe_sync=True, coordination=True, counts_present=True)  # noqa: E731
@@ -128,3 +128,17 @@ def scaling_is_elementwise(engine, case):
     scaled, scaled_lp = engine.scale_global_num_tokens(case.counts, case.other_counts, case.width, case.logprob_width)
     expect_equal("scaled counts", [c * case.width for c in case.counts], list(scaled))
     expect_equal("scaled logprob counts", [c * case.logprob_width for c in case.other_counts], list(scaled_lp))
+
+
+@contract("DPSYNC-008", "attention-TP ranks split a DP rank's tokens: with its width padded to a multiple of the attention-TP "
+          "size, each rank's local non-padded count lies in [0, width/tp], real tokens fill the ranks in order, and the "
+          "counts add up to the global count", requires={DP_METADATA}, cases=local_tokens_cases)
+def local_counts_add_up(engine, case):
+    local = list(engine.local_num_token_non_padded(case))
+    chunk = case.num_tokens_per_dp // case.attn_tp_size
+    expect_equal(f"local counts ({case.attn_tp_size} ranks)", case.attn_tp_size, len(local))
+    expect(all(0 <= n <= chunk for n in local), "local counts", f"each in [0, {chunk}]", local)
+    expect(all(a >= b for a, b in zip(local, local[1:])) and all(a == chunk for a, b in zip(local, local[1:]) if b),
+           "local counts", "full ranks first, then the partial one, then empty ones", local)
+    expect_equal(f"sum of local counts (global {case.global_count}, width {case.num_tokens_per_dp})", case.global_count,
+                 sum(local))

@@ -11,9 +11,9 @@ from __future__ import annotations
 from bisect import bisect_left
 
 from contracts.checks import expect, expect_equal
-from contracts.protocol import RANKS
+from contracts.protocol import RANKS, RANKS_TP
 from contracts.registry import contract
-from contracts.strategies.ranks import SCENARIOS
+from contracts.strategies.ranks import SCENARIOS, TP_SCENARIOS
 from contracts.violation import Mismatch
 
 
@@ -132,3 +132,32 @@ def same_verify_tier_on_every_rank(engine):
         expect_equal(_at(scenario, s, r, "gathered verify tiers"), tiers, o.gathered_verify_tiers)
         expected = None if any(t < 0 for t in tiers) or all(t == 0 for t in tiers) else max(tiers)
         expect_equal(_at(scenario, s, r, "DP verify tier"), expected, o.verify_tier)
+
+
+def _tp_run(engine, scenario):
+    run = engine.run_tp_scenario(scenario)
+    if run.failure is not None:
+        f = run.failure
+        raise Mismatch(f"{scenario.name}: rank {f.rank} run", f"all {scenario.world_size} ranks finish the step",
+                       f"rank {f.rank} failed ({f.kind}): {f.message}")
+    expect_equal(f"{scenario.name}: ranks reporting", scenario.world_size, len(run.ranks))
+    return run
+
+
+TP_FIELDS = ("verify_lens", "correct_len", "bonus", "cap_trim", "commit_len", "new_seq_lens")
+
+
+@contract("RANKS-007", "the ranks of one tensor-parallel group verify alike: whatever their inputs' last bits, every rank "
+          "ends the step with rank 0's verify lengths and accept results (correct_len, bonus, cap_trim, commit_len, "
+          "new_seq_lens), and rank 0 verifies with its own plan", requires={RANKS_TP})
+def tp_ranks_agree(engine):
+    for scenario in TP_SCENARIOS:
+        run = _tp_run(engine, scenario)
+        first = run.ranks[0]
+        expect(any(r.local_verify_lens != first.local_verify_lens for r in run.ranks[1:]),
+               f"{scenario.name}: the ranks' own plans", "some rank plans differently from rank 0 (the scenario drifts)",
+               [r.local_verify_lens for r in run.ranks])
+        expect_equal(f"{scenario.name}: rank 0 verify_lens", first.local_verify_lens, first.verify_lens)
+        for r in run.ranks[1:]:
+            for field in TP_FIELDS:
+                expect_equal(f"{scenario.name} rank {r.rank}: {field}", getattr(first, field), getattr(r, field))

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from contracts.boundary.dp import DpSyncCase, ScalingCase
+from contracts.boundary.dp import DpSyncCase, LocalTokensCase, ScalingCase
 
 # Seed example from the historical DP-attention startup crash: Q=6, counts [1,3,0,2],
 # the local rank holds 1 request, so 6 draft tokens are not padding.
@@ -59,3 +59,11 @@ def scaling_cases(draw) -> ScalingCase:
     width = draw(st.integers(1, 16), label="width")
     logprob_width = draw(st.integers(1, 16), label="logprob_width")
     return ScalingCase(a, b, width, logprob_width)
+
+
+@st.composite
+def local_tokens_cases(draw) -> LocalTokensCase:
+    """An attention-TP size 1..8, a per-DP width padded to a multiple of it (0 included), any count up to it."""
+    tp = draw(st.integers(1, 8), label="attn_tp_size")
+    width = tp * draw(st.integers(0, 64), label="chunks")
+    return LocalTokensCase(draw(st.integers(0, width), label="global_count"), width, tp)

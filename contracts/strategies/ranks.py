@@ -7,9 +7,10 @@ where scaled counts would pick a different bucket than request counts.
 
 from __future__ import annotations
 
+import torch
 from hypothesis import strategies as st
 
-from contracts.boundary.ranks import RankScenario
+from contracts.boundary.ranks import RankScenario, TpScenario
 
 TWO_RANKS = RankScenario(
     name="2-ranks-Q4",
@@ -49,3 +50,33 @@ def small_rank_scenarios(draw, max_world: int = 4, max_steps: int = 4) -> RankSc
         budgets.append(tuple(draw(st.none() | st.integers(0, bs * gamma)) for bs in row))
     return RankScenario(name="drawn", world_size=world, batch_sizes=tuple(sizes), verify_budgets=tuple(budgets), gamma=gamma,
                         sample_from_anchor=draw(st.booleans()), capture_bs=(1, 2, 4), max_running_requests=8)
+
+
+# A TP group's verify step with per-rank drift: near-tied confidence and target logits, so that a rank left
+# to itself picks other verify lengths and accepts other drafts than rank 0.
+TP_SCENARIOS = (
+    TpScenario("tp2-near-ties", world_size=2, bs=6, gamma=4, vocab=6, budget=7, divergence=1e-3, seed=1),
+    TpScenario("tp3-near-ties", world_size=3, bs=5, gamma=3, vocab=5, budget=4, divergence=1e-3, seed=2),
+)
+
+
+def tp_inputs(scenario: TpScenario, rank: int):
+    """(confidence [bs, gamma], candidates [bs, T], target_logits [bs, T, V], prefix_lens [bs]) of one rank.
+
+    The shared part is a function of the seed; `rank` only adds its drift, so rank 0's inputs are the
+    scenario's and the others differ from them by at most `divergence`."""
+    bs, gamma, v = scenario.bs, scenario.gamma, scenario.vocab
+    g = torch.Generator().manual_seed(scenario.seed)
+    # Confidences on a few levels (ties) and logits with two near-equal maxima per row (near ties).
+    conf = torch.tensor([0.5, 0.7, 0.9], dtype=torch.float64)[torch.randint(0, 3, (bs, gamma), generator=g)]
+    logits = torch.randn(bs, gamma + 1, v, generator=g, dtype=torch.float64)
+    top2 = torch.topk(logits, 2, dim=-1).indices
+    logits.scatter_(-1, top2[..., 1:], logits.gather(-1, top2[..., :1]))  # the top two tie exactly
+    anchor = torch.randint(0, v, (bs, 1), generator=g)
+    drafts = top2[:, :gamma, 0] if gamma else torch.zeros(bs, 0, dtype=torch.int64)  # one of the tied argmaxes
+    prefix = torch.randint(1, 100, (bs,), generator=g)
+    drift = torch.Generator().manual_seed(scenario.seed * 1009 + rank + 1)
+    if rank:
+        conf = (conf + scenario.divergence * (torch.rand(bs, gamma, generator=drift, dtype=torch.float64) - 0.5)).clamp(0, 1)
+        logits = logits + scenario.divergence * torch.rand(logits.shape, generator=drift, dtype=torch.float64)
+    return conf, torch.cat([anchor, drafts], 1), logits, prefix

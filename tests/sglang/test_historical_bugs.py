@@ -196,6 +196,27 @@ def _commit_gate_off_by_one(mp):
     mp.setattr(TargetHiddenKvInjector, "committed_swa_loc", committed_swa_loc)
 
 
+def _tp_sync_limited_to_rng_sites(mp):
+    """SGLANG_SPEC_TP_SYNC=rng (what the MiniMax-M3 override sets): the plan and greedy accept sites are not
+    broadcast, so TP ranks keep their own verify lengths and accept results."""
+    mp.setenv("SGLANG_SPEC_TP_SYNC", "rng")
+
+
+def _accept_sync_drops_correct_len(mp):
+    """The greedy accept site broadcasts the bonus and cap_trim but not correct_len."""
+    from sglang.srt.speculative.spec_tp_sync import SpecTpSync, SpecTpSyncSite
+
+    real = SpecTpSync.sync
+
+    def sync(self, site, values):
+        if site == SpecTpSyncSite.DSPARK_ACCEPT_GREEDY and values.dtype == torch.int32 and not getattr(self, "_dropped", 0):
+            self._dropped = 1  # the first int32 tensor at the site is correct_len
+            return values
+        return real(self, site, values)
+
+    mp.setattr(SpecTpSync, "sync", sync)
+
+
 BUGS = [
     ("DSPARK handoff dispatch falls through to None", _dispatch_falls_through, ("HANDOFF-001", "HANDOFF-010")),
     ("relay stash skipped", _stash_skipped, ("HANDOFF-007",)),
@@ -212,6 +233,8 @@ BUGS = [
     ("draft law rebuilt at temperature 1", _draft_probs_at_temperature_one, ("VERIFY-011",)),
     ("draft KV slots one column late", _draft_slots_one_column_late, ("DRAFT-001",)),
     ("commit gate off by one", _commit_gate_off_by_one, ("DRAFT-002",)),
+    ("TP sync limited to the rng sites", _tp_sync_limited_to_rng_sites, ("RANKS-007",)),
+    ("accept sync drops correct_len", _accept_sync_drops_correct_len, ("RANKS-007",)),
 ]
 
 
@@ -226,8 +249,12 @@ def test_reinserted_bug_is_caught(sglang_engine, patch, contract_id):
                          phases=[Phase.generate, Phase.shrink])
     violation = caught.value
     assert violation.contract_id == contract_id and violation.engine == "sglang"
-    assert violation.case is not None and "'sglang'" in violation.repro
-    contract.check(sglang_engine, violation.case)  # the shrunk case passes once the bug is gone again
+    assert "'sglang'" in violation.repro or "--engine sglang" in violation.repro
+    if contract.cases is None:  # a fixed-scenario contract: no case to shrink; the intact engine passes it
+        run_contract(contract, sglang_engine)
+    else:
+        assert violation.case is not None
+        contract.check(sglang_engine, violation.case)  # the shrunk case passes once the bug is gone again
 
 
 def test_intact_sglang_passes_the_seed_examples(sglang_engine):

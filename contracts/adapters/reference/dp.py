@@ -5,7 +5,7 @@ import copy
 import torch
 
 from contracts.boundary.dp import ALL_FIELDS, DpSyncCase, DpSyncObservation
-from dspark import spec_info
+from dspark import forward_batch_info, spec_info
 from dspark.draft_input import DraftInput
 from dspark.dspark_draft import DraftBlockProposer
 from dspark.schedule_batch import Req, ReqToTokenPool, ScheduleBatch
@@ -57,3 +57,7 @@ class ReferenceDpMetadata:
 
     def scale_global_num_tokens(self, counts, logprob_counts, width: int, logprob_width: int):
         return spec_info.spec_scale_global_num_tokens(_Widths(width, logprob_width), list(counts), list(logprob_counts))
+
+    def local_num_token_non_padded(self, case):
+        return [forward_batch_info.local_num_token_non_padded(case.global_count, case.num_tokens_per_dp, case.attn_tp_size, r)
+                for r in range(case.attn_tp_size)]

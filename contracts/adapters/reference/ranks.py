@@ -8,13 +8,15 @@ collective timeout and the identity of every dspark function a rank calls, so a 
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import sys
 import time
 from collections import OrderedDict
 
-from contracts.boundary.ranks import RankRunFailure, RankScenario, RanksRun, RankStep
-from dspark import dp_runner
+from contracts.boundary.ranks import RankRunFailure, RankScenario, RanksRun, RankStep, TpRankResult, TpRun, TpScenario
+from contracts.strategies.ranks import tp_inputs
+from dspark import dp_runner, spec_tp_sync
 
 _RANK_MODULES = ("dspark.dp_runner", "dspark.dspark_draft", "dspark.graph_buckets", "dspark.spec_info",
                  "dspark.forward_batch_info", "dspark.schedule_batch", "dspark.draft_input", "dspark._validate")
@@ -75,6 +77,9 @@ def scenario_config(scenario: RankScenario, timeout_s: float) -> dp_runner.DpRun
 class ReferenceRanks:
     rank_backend = "gloo"  # the reference adapter runs on the CPU, whatever the machine has
 
+    def run_tp_scenario(self, scenario: TpScenario) -> TpRun:
+        return run_tp(scenario, TpProgram, self.rank_backend)
+
     def run_rank_scenario(self, scenario: RankScenario) -> RanksRun:
         timeout_s = float(dp_runner.DEFAULT_TIMEOUT_S)
         key = (scenario, dp_runner.RankProgram, timeout_s, self.rank_backend, _code_fingerprint())
@@ -94,3 +99,38 @@ class ReferenceRanks:
         while len(_CACHE) > _CACHE_SIZE:
             _CACHE.popitem(last=False)
         return run
+
+
+def tp_result(rank: int, local, lens, correct, bonus, trim, commit, new_seq) -> dict:
+    listed = lambda t: [int(x) for x in t.tolist()]  # noqa: E731
+    return dict(rank=rank, local_verify_lens=listed(local), verify_lens=listed(lens), correct_len=listed(correct),
+                bonus=listed(bonus), cap_trim=listed(trim), commit_len=listed(commit), new_seq_lens=listed(new_seq))
+
+
+def run_tp(scenario: TpScenario, program, backend: str = "gloo") -> TpRun:
+    """The scenario on `world_size` rank processes started by the project's DP runner; `program` reads it from
+    the config's payload."""
+    cfg = dp_runner.DpRunConfig(world_size=scenario.world_size, batch_sizes=((scenario.bs,) * scenario.world_size,),
+                                gamma=scenario.gamma, max_running_requests=max(scenario.bs, 1), seed=scenario.seed,
+                                timeout_s=float(dp_runner.DEFAULT_TIMEOUT_S), payload=dataclasses.astuple(scenario))
+    try:
+        result = dp_runner.run_dp(cfg, program=program, backend=backend)
+    except dp_runner.RankFailure as e:
+        return TpRun(scenario, (), RankRunFailure(e.rank, e.kind, str(e)))
+    return TpRun(scenario, tuple(TpRankResult(**{k: (v if k == "rank" else tuple(v)) for k, v in obs[0].items()})
+                                 for obs in result.observations), None)
+
+
+class TpProgram:
+    """A reference TP rank: the verify step with `dspark.spec_tp_sync` syncing at the planner and accept sites."""
+
+    def __init__(self, rank, cfg, comm):
+        self.rank, self.cfg = rank, cfg
+
+    def run(self):
+        scenario = TpScenario(*self.cfg.payload)
+        conf, cand, logits, prefix = tp_inputs(scenario, self.rank)
+        sync = spec_tp_sync.SpecTpSync(scenario.world_size)
+        local, lens, acc, fin = spec_tp_sync.verify_under_tp_sync(conf, scenario.budget, cand, logits, prefix, sync)
+        return [tp_result(self.rank, local, lens, acc.correct_len, acc.bonus, acc.cap_trim, fin.commit_len,
+                          fin.new_seq_lens)]

@@ -79,3 +79,24 @@ class SGLangDpMetadata:
 
         widths = SimpleNamespace(num_tokens_per_req=width, num_tokens_for_logprob_per_req=logprob_width)
         return spec_scale_global_num_tokens(widths, list(counts), list(logprob_counts))
+
+    def local_num_token_non_padded(self, case):
+        """ForwardBatch.set_local_num_token_non_padded on each attention-TP rank of one DP rank (the MLP-sync path:
+        the per-DP width from global_num_tokens_cpu)."""
+        runtime()
+        import torch
+        from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
+        from sglang.srt.runtime_context import get_parallel
+
+        tp, out = case.attn_tp_size, []
+        for rank in range(tp):
+            empty = torch.zeros(0, dtype=torch.int64)
+            fb = ForwardBatch(forward_mode=ForwardMode.DECODE, batch_size=0, input_ids=empty, req_pool_indices=empty,
+                              seq_lens=empty, out_cache_loc=empty, seq_lens_sum=0)
+            fb.global_num_tokens_cpu = [case.num_tokens_per_dp]
+            fb.global_num_token_non_padded = torch.tensor(case.global_count, dtype=torch.int32)
+            with get_parallel().override(tp_size=tp, attn_tp_size=tp, attn_tp_rank=rank, attn_dp_size=1, attn_cp_size=1,
+                                         moe_tp_size=tp):
+                fb.set_local_num_token_non_padded(sharded=True)
+            out.append(int(fb.num_token_non_padded))
+        return out

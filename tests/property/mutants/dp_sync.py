@@ -85,7 +85,14 @@ def _set_scale(fn):
     return patch
 
 
+def _local_count_uncapped(global_count, num_tokens_per_dp, attn_tp_size, attn_tp_rank):
+    chunk = num_tokens_per_dp // attn_tp_size
+    return max(global_count - chunk * attn_tp_rank, 0)  # not capped at the rank's chunk
+
+
 MUTANTS = [
+    Mutant("local-token-count-not-capped-at-chunk", ("DPSYNC-008",),
+           lambda mp: mp.setattr(forward_batch_info, "local_num_token_non_padded", _local_count_uncapped)),
     Mutant("original-counts-scaled", ("DPSYNC-001",), _set_fill(_original_scaled)),
     Mutant("scaled-by-verify-width", ("DPSYNC-002", "DPSYNC-007"),
            lambda mp: mp.setattr(dspark_draft, "spec_scale_global_num_tokens", _scale_by_verify_width)),

@@ -141,3 +141,25 @@ MUTANTS = [
     Mutant("rank-scales-counts-twice", ("RANKS-001", "RANKS-004"), _program(ScalesTwiceOnOneRank)),
     Mutant("rank-verify-tier-ignores-no-budget", ("RANKS-006",), _program(VerifyTierIgnoresNoBudget)),
 ]
+
+
+# ---- TP agreement: a sync site dropped (patched in the parent; the forked ranks inherit it) ----
+
+from dspark import spec_tp_sync  # noqa: E402
+
+_real_tp_sync = spec_tp_sync.SpecTpSync.sync
+
+
+def _skip_site(site_to_skip):
+    def sync(self, site, values):
+        return values if site == site_to_skip else _real_tp_sync(self, site, values)
+    return sync
+
+
+TP_MUTANTS = [
+    Mutant("tp-accept-not-synced", ("RANKS-007",),
+           lambda mp: mp.setattr(spec_tp_sync.SpecTpSync, "sync", _skip_site(spec_tp_sync.SpecTpSyncSite.DSPARK_ACCEPT_GREEDY))),
+    Mutant("tp-plan-not-synced", ("RANKS-007",),
+           lambda mp: mp.setattr(spec_tp_sync.SpecTpSync, "sync", _skip_site(spec_tp_sync.SpecTpSyncSite.DSPARK_PLAN))),
+]
+MUTANTS = MUTANTS + TP_MUTANTS

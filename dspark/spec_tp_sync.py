@@ -1,0 +1,46 @@
+"""Agreement inside a tensor-parallel group (SGLang `spec_tp_sync.SpecTpSync`).
+
+The ranks of one TP group compute the same verify decision from inputs that may differ in the last bits
+(non-deterministic reductions), and every collective that follows needs one shape. So at each sync site
+the group takes rank 0's values: a broadcast, in place. With one rank there is nothing to sync.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Optional
+
+import torch
+
+
+class SpecTpSyncSite(enum.IntEnum):
+    DSPARK_PLAN = 7  # the planner's verify lengths
+    DSPARK_ACCEPT_GREEDY = 8  # correct_len, bonus, cap_trim of a greedy accept
+    DSPARK_ACCEPT_SAMPLE = 9
+
+
+class SpecTpSync:
+    def __init__(self, world_size: int = 1, group: Optional[object] = None, src: int = 0):
+        self.world_size, self.group, self.src = int(world_size), group, src
+
+    def sync(self, site: SpecTpSyncSite, values: torch.Tensor) -> torch.Tensor:
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            dist.broadcast(values, src=self.src, group=self.group)
+        return values
+
+
+def verify_under_tp_sync(confidence: torch.Tensor, budget: int, candidates: torch.Tensor, target_logits: torch.Tensor,
+                         prefix_lens: torch.Tensor, tp_sync: SpecTpSync):
+    """One greedy verify step of a TP rank: plan the verify lengths, accept, finalize, syncing at each site.
+
+    Returns (local verify lengths before the sync, verify lengths, AcceptOut, Finalized)."""
+    from dspark import planner, verify
+
+    local = planner.schedule_verify_lens(planner.survival(confidence), budget)
+    lens = tp_sync.sync(SpecTpSyncSite.DSPARK_PLAN, local.clone())
+    acc = verify.greedy_accept(candidates, target_logits, lens)
+    for t in (acc.correct_len, acc.bonus, acc.cap_trim):
+        tp_sync.sync(SpecTpSyncSite.DSPARK_ACCEPT_GREEDY, t)
+    return local, lens, acc, verify.finalize(prefix_lens, candidates[:, 1:], acc)

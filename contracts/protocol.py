@@ -70,5 +70,5 @@ CAPABILITIES: Mapping[str, Capability] = {
     RANKS_TP: Capability("contracts.boundary.ranks:TpRanksLevel", ("run_tp_scenario",)),
     KV: Capability("contracts.boundary.kv:KvLevel", ("kv_admission_limit", "kv_page_sizes", "run_kv_steps")),
     GRAPH: Capability("contracts.boundary.graph:GraphLevel", ("graph_admission",)),
-    DRAFT: Capability("contracts.boundary.draft:DraftLevel", ("draft_step",)),
+    DRAFT: Capability("contracts.boundary.draft:DraftLevel", ("draft_step", "oracle_draft_verify")),
 }

@@ -40,5 +40,16 @@ class DraftObservation:
     inject_rows: Tuple[Tuple[int, ...], ...]  # [bs][T] the verify row whose target features it wrote
 
 
+@dataclass(frozen=True)
+class OracleDraftObservation:
+    """A step drafted by an oracle drafter (it knows the target's greedy continuation) and verified greedily."""
+
+    draft_tokens: Tuple[Tuple[int, ...], ...]  # [bs][gamma]
+    target_argmax: Tuple[Tuple[int, ...], ...]  # [bs][T] the target's greedy token after each verify position
+    correct_len: Tuple[int, ...]
+    commit_len: Tuple[int, ...]
+
+
 class DraftLevel(Protocol):
     def draft_step(self, case: DraftCase) -> DraftObservation: ...  # one draft forward and the commit after its verify
+    def oracle_draft_verify(self, case: DraftCase) -> OracleDraftObservation: ...

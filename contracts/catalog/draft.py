@@ -42,3 +42,16 @@ def commit_writes_committed_columns(engine, case):
         rows = [r for r, w in zip(obs.inject_rows[b], obs.inject_written[b]) if w]
         expect(rows == [b * T + col for col in range(c)], f"request {b} target features written",
                f"verify rows {[b * T + col for col in range(c)]}", rows)
+
+
+@contract("DRAFT-003", "with an oracle drafter (it knows the target's greedy continuation) draft slot k is the target's "
+          "greedy token at position n+k+1, and greedy verify accepts every draft: commit_len = gamma+1",
+          requires={DRAFT}, cases=draft_cases)
+def oracle_drafter_commits_all(engine, case):
+    obs = engine.oracle_draft_verify(case)
+    T = case.gamma + 1
+    for b in range(case.bs):
+        expect_equal(f"request {b} drafts (slot k = the target's greedy token at position n+k+1)",
+                     tuple(obs.target_argmax[b][: case.gamma]), tuple(obs.draft_tokens[b]))
+        expect_equal(f"request {b} correct_len", case.gamma, obs.correct_len[b])
+        expect_equal(f"request {b} commit_len", T, obs.commit_len[b])

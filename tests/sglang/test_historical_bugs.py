@@ -217,6 +217,19 @@ def _accept_sync_drops_correct_len(mp):
     mp.setattr(SpecTpSync, "sync", sync)
 
 
+def _anchorless_rows_shifted(mp):
+    """Without the anchor row sampling, the draft keeps rows 0..gamma-1 (the anchor's row included) instead of
+    1..gamma, so draft k predicts position n+k, one too early."""
+    from sglang.srt.speculative.dspark_components import dspark_draft
+
+    def select(hidden_states, *, bs, gamma):
+        by_query = hidden_states.view(bs, gamma + 1, *hidden_states.shape[1:])
+        kept = by_query[:, :gamma].contiguous()
+        return kept.view(bs * gamma, *hidden_states.shape[1:]), kept.view(bs, gamma, -1)
+
+    mp.setattr(dspark_draft, "select_draft_hidden_without_anchor", select)
+
+
 BUGS = [
     ("DSPARK handoff dispatch falls through to None", _dispatch_falls_through, ("HANDOFF-001", "HANDOFF-010")),
     ("relay stash skipped", _stash_skipped, ("HANDOFF-007",)),
@@ -233,6 +246,7 @@ BUGS = [
     ("draft law rebuilt at temperature 1", _draft_probs_at_temperature_one, ("VERIFY-011",)),
     ("draft KV slots one column late", _draft_slots_one_column_late, ("DRAFT-001",)),
     ("commit gate off by one", _commit_gate_off_by_one, ("DRAFT-002",)),
+    ("anchorless draft rows shifted", _anchorless_rows_shifted, ("DRAFT-003",)),
     ("TP sync limited to the rng sites", _tp_sync_limited_to_rng_sites, ("RANKS-007",)),
     ("accept sync drops correct_len", _accept_sync_drops_correct_len, ("RANKS-007",)),
 ]

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import torch
 
-from contracts.boundary.draft import DraftCase, DraftObservation
-from dspark import disaggregation, dspark_draft, mem_cache, toy_models
+from contracts.boundary.draft import DraftCase, DraftObservation, OracleDraftObservation
+from dspark import disaggregation, dspark_draft, mem_cache, toy_models, verify
 from dspark.overlap_utils import FutureMap
 from dspark.schedule_batch import Req, ReqToTokenPool, ScheduleBatch
 
@@ -43,3 +43,23 @@ class ReferenceDraft:
             draft_tokens=per(proposal.draft_tokens, case.gamma),
             inject_written=tuple(tuple(bool(x >= 0) for x in row) for row in inject.loc_2d.tolist()),
             inject_positions=per(inject.positions_2d, T), inject_rows=per(inject.rows_2d, T))
+
+    def oracle_draft_verify(self, case: DraftCase) -> OracleDraftObservation:
+        """The toy target's own drafter (`OracleDrafter`) drafts greedily; the target verifies the block."""
+        bs = case.bs
+        target = toy_models.ToyTarget(VOCAB, seed=case.seed)
+        proposer = dspark_draft.DraftBlockProposer(case.gamma, mask_token_id=VOCAB - 1,
+                                                   sample_from_anchor=case.sample_from_anchor)
+        ctx = [[(7 * b + i) % VOCAB for i in range(n)] for b, n in enumerate(case.prefix_lens)]
+        hiddens = [torch.zeros(n, target.hidden_size, dtype=torch.float64) for n in case.prefix_lens]
+        anchors = torch.tensor(case.bonus_tokens, dtype=torch.int64)
+        proposal = proposer.propose(toy_models.make_drafter("oracle", target), ctx, hiddens, anchors,
+                                    torch.zeros(bs, dtype=torch.float64), torch.zeros(bs, case.gamma, VOCAB, dtype=torch.float64))
+        cand = torch.cat([anchors[:, None], proposal.draft_tokens], 1)
+        prev2 = torch.tensor([c[-1] for c in ctx], dtype=torch.int64)
+        logits, _ = target.forward_pairs(prev2, cand)
+        acc = verify.greedy_accept(cand, logits)
+        fin = verify.finalize(torch.tensor(case.prefix_lens, dtype=torch.int64), proposal.draft_tokens, acc)
+        per = lambda t: tuple(tuple(int(x) for x in row) for row in t.tolist())  # noqa: E731
+        return OracleDraftObservation(per(proposal.draft_tokens), per(torch.argmax(logits, -1)),
+                                      tuple(acc.correct_len.tolist()), tuple(fin.commit_len.tolist()))

@@ -49,19 +49,35 @@ class RecordingDraftRunner:
         self.batches.append(fb)
         rows = fb.input_ids.numel()
         hidden = torch.randn(rows, HIDDEN, generator=self._gen)
+        # Columns 0 and 1 carry (request row, position) of each query row, for an oracle draft head.
+        hidden[:, 0] = torch.arange(rows, dtype=torch.float32) // max(rows // max(fb.batch_size, 1), 1)
+        hidden[:, 1] = fb.positions.to(torch.float32)
         return SimpleNamespace(logits_output=SimpleNamespace(hidden_states=hidden), can_run_graph=False)
 
 
-def _draft_model(*, sample_from_anchor: bool, vocab: int, seed: int):
+def _draft_model(*, sample_from_anchor: bool, vocab: int, seed: int, oracle=None):
+    """`oracle(request_row, position) -> token`: a draft head that knows the target's greedy continuation. A
+    query row at position p predicts position p + 1 when the anchor row samples (next-token), else p (the masked
+    token at p), as DSpark's two draft layouts define."""
     from sglang.srt.models.dspark import DSparkConfidenceHead, DSparkDraftMixin, VanillaMarkov
 
     torch.manual_seed(seed)  # the heads initialise from the global generator
     lm_w = torch.randn(vocab, HIDDEN)
+
+    def base_logits(h):
+        if oracle is None:
+            return h @ lm_w.T, h
+        ahead = 1 if sample_from_anchor else 0
+        out = torch.zeros(h.shape[0], vocab)
+        for i, (b, p) in enumerate(h[:, :2].round().to(torch.int64).tolist()):
+            out[i, oracle(b, p + ahead)] = 1e3  # dominates the Markov head's bias
+        return out, h
+
     model = SimpleNamespace(
         sample_from_anchor=sample_from_anchor, embed_tokens=torch.nn.Embedding(vocab, HIDDEN),
         markov_head=VanillaMarkov(vocab_size=vocab, markov_rank=MARKOV_RANK),
         confidence_head=DSparkConfidenceHead(hidden_size=HIDDEN, markov_rank=MARKOV_RANK),
-        compute_base_logits=lambda h: (h @ lm_w.T, h))
+        compute_base_logits=base_logits)
     model.compute_confidence = types.MethodType(DSparkDraftMixin.compute_confidence, model)
     return model
 
@@ -89,7 +105,7 @@ def parallel_context(dp_moe_sync: bool):
 
 def build_draft_side(*, gamma: int, sample_from_anchor: bool, dp_moe_sync: bool, enable_num_token_non_padded: bool,
                      req_to_token_pool, allocator, vocab: int = DRAFT_VOCAB, seed: int = 0,
-                     record_fill=None) -> DraftSide:
+                     record_fill=None, oracle=None) -> DraftSide:
     from sglang.srt.mem_cache.kv_index_translator import KVIndexTranslator
     from sglang.srt.speculative.draft_worker_common import make_draft_block_spec_info
     from sglang.srt.speculative.dspark_components.dspark_config import get_dspark_sample_from_anchor, resolve_runtime_config
@@ -102,7 +118,7 @@ def build_draft_side(*, gamma: int, sample_from_anchor: bool, dp_moe_sync: bool,
     translator = KVIndexTranslator(req_to_token=req_to_token_pool.req_to_token, token_to_kv_pool_allocator=allocator,
                                    token_to_kv_pool=None, page_size=allocator.page_size, device="cpu")
     runner = RecordingDraftRunner(translator, seed)
-    model = _draft_model(sample_from_anchor=get_dspark_sample_from_anchor(checkpoint), vocab=vocab, seed=seed)
+    model = _draft_model(sample_from_anchor=get_dspark_sample_from_anchor(checkpoint), vocab=vocab, seed=seed, oracle=oracle)
     with sglang_env.num_token_non_padded(enable_num_token_non_padded), parallel_context(dp_moe_sync):
         # The worker's spec info of the draft block is sized by its query width (dspark_worker_v2: query_token_num).
         q = rc.gamma if model.sample_from_anchor else rc.gamma + 1

@@ -21,7 +21,19 @@ def _gate_includes_the_bonus_column(window, commit_lens):
     return _real_inject(window, commit_lens + 1)
 
 
+_real_propose = dspark_draft.DraftBlockProposer.propose
+
+
+def _drafts_one_slot_late(self, drafter, ctx_tokens, ctx_hiddens, anchors, temperatures, gumbel):
+    """Slot k carries the draft for position n+k+2: the anchor's own prediction is dropped."""
+    out = _real_propose(self, drafter, ctx_tokens, ctx_hiddens, anchors, temperatures, gumbel)
+    out.draft_tokens = torch.roll(out.draft_tokens, -1, dims=1)
+    return out
+
+
 MUTANTS = [
+    Mutant("drafts-one-slot-late", ("DRAFT-003",),
+           lambda mp: mp.setattr(dspark_draft.DraftBlockProposer, "propose", _drafts_one_slot_late)),
     Mutant("draft-kv-slots-one-column-late", ("DRAFT-001",),
            lambda mp: mp.setattr(dspark_draft, "with_verify_window", _slots_one_column_late)),
     Mutant("commit-gate-off-by-one", ("DRAFT-002",),

@@ -21,6 +21,7 @@ MARKERS = {
     "gpu": "needs a CUDA device; also tagged b300 so GPU runners select it with -m b300",
     "b300": "runs on the B300 GPU runners; b300-only tests also need compute capability 10.3",
     "bench": "a benchmark (pytest-benchmark); collected only when -m mentions bench",
+    "nightly": "repetition and depth for the nightly run; collected only when -m mentions nightly",
     "stat": "a statistical contract with a fixed seed and a stated false-alarm rate",
     "slow": "takes more than a few seconds",
     "contract(id)": "the contract a test checks (set by the packaged suite)",
@@ -91,7 +92,8 @@ def _cuda_capability():
 
 def pytest_collection_modifyitems(config, items):
     wanted = set(config.getoption("contract"))
-    bench_selected = "bench" in (config.getoption("markexpr") or "")
+    markexpr = config.getoption("markexpr") or ""
+    bench_selected, nightly_selected = "bench" in markexpr, "nightly" in markexpr
     keep, dropped = [], []
     capability = None
     for item in items:
@@ -100,13 +102,13 @@ def pytest_collection_modifyitems(config, items):
         if wanted and (contract_mark is None or contract_mark.args[0] not in wanted):
             dropped.append(item)
             continue
-        if "bench" in marks and not bench_selected:
+        if ("bench" in marks and not bench_selected) or ("nightly" in marks and not nightly_selected):
             dropped.append(item)
             continue
         keep.append(item)
         if contract_mark is not None:
             item.user_properties.append(("dspark_contract", contract_mark.args[0]))
-        if not marks & {"gpu", "b300", "bench"}:
+        if not marks & {"gpu", "b300", "bench", "nightly"}:
             item.add_marker(pytest.mark.cpu)
         if "gpu" in marks or "b300" in marks:
             capability = capability or (_cuda_capability() or ("none",))

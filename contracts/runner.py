@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import example, given, settings
+from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import UnsatisfiedAssumption
 
 from contracts.engines import engine_label
@@ -39,11 +40,18 @@ def _call(contract: Contract, engine, case) -> None:
                                 repro=repro_line(contract, engine, case)) from e
 
 
-def run_contract(contract: Contract, engine, **settings_overrides) -> None:
+def run_contract(contract: Contract, engine, *, profile: str | None = None, seed: int | None = None,
+                 **settings_overrides) -> None:
+    """Run one contract as `dspark-contracts check` does: the contract's own budget (capped by the profile's),
+    its pinned examples, the current Hypothesis profile or `profile`. Settings overrides apply to contracts
+    with cases; for a fixed-scenario contract they cannot, and asking for them is an error."""
     missing = sorted(contract.requires - set(engine.capabilities))
     if missing:
         pytest.skip(f"engine {engine_label(engine)} lacks capability {', '.join(missing)}")
     if contract.cases is None:
+        if settings_overrides or seed is not None:
+            asked = sorted(settings_overrides) + ([] if seed is None else ["seed"])
+            raise ValueError(f"settings_overrides: {contract.id} has no cases, so {asked} cannot apply")
         _call(contract, engine, None)
         return
 
@@ -51,14 +59,17 @@ def run_contract(contract: Contract, engine, **settings_overrides) -> None:
         _call(contract, engine, case)
 
     test = given(case=contract.cases())(run)
+    if seed is not None:
+        test = hypothesis_seed(seed)(test)
     for ex in reversed(contract.examples):
         test = example(case=ex)(test)
     # Keep each contract's examples apart in the Hypothesis database.
     test.hypothesis.inner_test._hypothesis_internal_add_digest = contract.id.encode()
+    base = settings.default if profile is None else settings.get_profile(profile)
     overrides = {"report_multiple_bugs": False, **settings_overrides}
     if contract.max_examples is not None and "max_examples" not in settings_overrides:
-        overrides["max_examples"] = min(contract.max_examples, settings.default.max_examples)
-    settings(**overrides)(test)()
+        overrides["max_examples"] = min(contract.max_examples, base.max_examples)
+    settings(base, **overrides)(test)()
 
 
 def replay(contract_id: str, engine: str, case=None) -> None:

@@ -113,7 +113,7 @@ class DSparkEngine:
         self.proposer = DraftBlockProposer(cfg.gamma, mask_token_id=cfg.mask_token_id, sample_from_anchor=cfg.sample_from_anchor)
         self.pool = ReqToTokenPool(cfg.pool_size, cfg.max_context_len)
         self.free_rows = list(range(cfg.pool_size))
-        self.future_map = FutureMap(cfg.pool_size, poison=True)
+        self.future_map = FutureMap(cfg.pool_size)  # no re-poisoning: a stale read returns the last value, as in SGLang
         self.enable_overlap = bool(cfg.enable_overlap)
         self.batch: Optional[ScheduleBatch] = None
         self.rows: List[RequestState] = []  # live requests in batch order

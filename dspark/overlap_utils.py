@@ -1,10 +1,11 @@
 """The overlap-scheduling relay: step N publishes and stashes, step N+1 resolves.
 
 Mirrors `sglang/srt/managers/overlap_utils.py` (FutureMap, RelayPayload) on CPU
-tensors. Rows are request-pool rows. Unlike SGLang, where the consume-once
-check runs only in CI, the reference always enforces it per row: a resolve of a
-row that was not published (seq lens) or stashed (bonus) since it was last
-resolved raises instead of reading a stale value.
+tensors. Rows are request-pool rows. The consume-once check is an option
+(`strict`), as in SGLang, which runs it only in CI: with it, a resolve of a row
+that was not published (seq lens) or stashed (bonus) since it was last resolved
+raises. Contract runs keep it off and poison the rows instead, so a stale read
+shows as -1 and the contract's own comparison is what catches it.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class FutureMap:
         spec_algorithm: SpeculativeAlgorithm = SpeculativeAlgorithm.DSPARK,
         poison: bool = False,
         needs_cpu_seq_lens: bool = True,
+        strict: bool = False,
     ):
         self.req_pool_size = _validate.positive_int("req_pool_size", req_pool_size)
         if not isinstance(spec_algorithm, SpeculativeAlgorithm):
@@ -63,6 +65,7 @@ class FutureMap:
         self.device = torch.device(device)
         self.spec_algorithm = spec_algorithm
         self.poison = poison
+        self.strict = bool(strict)
         self.needs_cpu_seq_lens = needs_cpu_seq_lens
         self.output_tokens_buf = torch.full((req_pool_size,), POISON, dtype=torch.int64, device=self.device)
         self.new_seq_lens_buf = torch.full((req_pool_size,), POISON, dtype=torch.int64, device=self.device)
@@ -114,7 +117,7 @@ class FutureMap:
 
     def _consume(self, what: str, fresh: torch.Tensor, buf: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         stale = ~fresh[rows.cpu()]
-        if bool(stale.any()):
+        if self.strict and bool(stale.any()):
             bad = rows.cpu()[stale].tolist()
             raise RuntimeError(f"FutureMap: {what} of rows {bad} resolved without a fresh publish/stash (stale relay)")
         out = buf[rows].clone()

@@ -20,7 +20,7 @@ from fractions import Fraction
 import hypothesis
 import torch
 
-from contracts.boundary.engine import FLAT_SPS, BudgetCase, ScheduleCase, SpsSpec
+from contracts.boundary.engine import FLAT_SPS, BudgetCase, PlanCase, ScheduleCase, SpsSpec
 from contracts.checks import expect, expect_equal
 from contracts.protocol import PLANNER, PLANNER_EMPTY_BATCH, PLANNER_MIN_VERIFY_LEN
 from contracts.registry import contract
@@ -31,6 +31,11 @@ REL_TOL = 1e-6  # float32 survival (SGLang) differs from float64 by ~1e-7 relati
 
 # Ties everywhere: equal survival across positions (confidence 1) and across requests.
 SEED_TIES = ScheduleCase(((1.0, 1.0, 0.5), (1.0, 1.0, 0.5)), budget=3)
+# Three requests tied cell for cell: a tie order that changes with the budget takes a pick away from request 0
+# between budgets 4 and 5.
+THREE_WAY_TIES = ScheduleCase(((1.0, 1.0),) * 3, budget=4)
+# SGLang 0.5.23's verify-all cache (compact mode, flat table) ignored a forced fraction: budget 0, L = 2.
+FORCED_FLAT_COMPACT = PlanCase(((0.0,),), "compact", None, 0.25)
 
 
 def _survival(confidence) -> list:
@@ -122,7 +127,7 @@ def picks_are_ranked_prefixes(engine, case):
 
 
 @contract("PLAN-003", "raising the budget never lowers any request's verify length",
-          requires={PLANNER}, cases=schedule_cases, examples=(SEED_TIES,), max_examples=EXAMPLES)
+          requires={PLANNER}, cases=schedule_cases, examples=(SEED_TIES, THREE_WAY_TIES), max_examples=EXAMPLES)
 def monotone_in_budget(engine, case):
     before, _ = _schedule(engine, case)
     for extra in (1, 2, case.gamma * len(case.confidence)):
@@ -276,7 +281,8 @@ def pad_to_bucket(engine, case):
 @contract("PLAN-010", "one planner step: static mode sets no layout; otherwise every L is in [1, gamma+1], qo_indptr = "
           "[0, cumsum L], the layout spends at most the budget it resolved (sum(L-1) <= budget; a forced fraction "
           "binds whatever the table, a flat table without one verifies every valid cell), and a compact layout's "
-          "token tier is a captured tier >= sum(L)", requires={PLANNER}, cases=plan_cases, max_examples=EXAMPLES)
+          "token tier is a captured tier >= sum(L)", requires={PLANNER}, cases=plan_cases, max_examples=EXAMPLES,
+          examples=(FORCED_FLAT_COMPACT,))
 def planner_step(engine, case):
     view = engine.plan_layout(case)
     gamma, bs = case.gamma, len(case.confidence)

@@ -81,8 +81,8 @@ def test_duplicate_rows_rejected():
         fm.stash(t([2, 2]), RelayPayload(bonus_tokens=t([1, 2])))
 
 
-def test_resolve_without_publish_raises():
-    fm = FutureMap(POOL)
+def test_resolve_without_publish_raises_when_strict():
+    fm = FutureMap(POOL, strict=True)
     batch = ScheduleBatch(reqs=[], req_to_token_pool=ReqToTokenPool(POOL, 8), enable_overlap=True)
     batch.spec_info = DraftInput(bonus_tokens=t([1]), new_seq_lens=t([1]), future_indices=t([4]))
     with pytest.raises(RuntimeError, match="stale relay"):
@@ -91,6 +91,18 @@ def test_resolve_without_publish_raises():
     fm.resolve_seq_lens(batch)
     with pytest.raises(RuntimeError, match="stale relay"):  # consume-once: a second resolve needs a fresh publish
         fm.resolve_seq_lens(batch)
+
+
+def test_a_stale_resolve_reads_the_poison_when_not_strict():
+    """As SGLang outside CI: no check, but a poisoned relay makes the stale row visible as -1."""
+    fm = FutureMap(POOL, poison=True)
+    batch = ScheduleBatch(reqs=[], req_to_token_pool=ReqToTokenPool(POOL, 8), enable_overlap=True)
+    batch.spec_info = DraftInput(bonus_tokens=t([1]), new_seq_lens=t([1]), future_indices=t([4]))
+    fm.publish(t([4]), t([9]))
+    fm.resolve_seq_lens(batch)
+    assert batch.seq_lens.tolist() == [9]
+    fm.resolve_seq_lens(batch)
+    assert batch.seq_lens.tolist() == [-1]
 
 
 def _batch(seq_lens, rows, overlap=True):

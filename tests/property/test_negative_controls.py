@@ -1,11 +1,14 @@
-"""Every contract is shown to catch a broken reference engine, with a shrunk counterexample.
+"""Every contract is shown to catch a broken reference engine, exactly as `dspark-contracts check` runs it.
 
-A contract that no mutant can fail is a defect, so the registry and the mutant
-table are checked against each other too.
+Each mutant must fail its contract under the `ci` profile, with the contract's own example budget and its
+pinned examples (the settings the check command uses, not a bigger budget), through the contract's own
+assertion (a Mismatch of its checks, not an exception from the engine), and with a counterexample that
+passes on the intact engine. A `nightly` run repeats each case over several random seeds and reports the
+detection rate per contract; anything below 100% is a defect. A contract that no mutant can fail is a
+defect too, so the registry and the mutant table are checked against each other.
 """
 
 import pytest
-from hypothesis import Phase
 from hypothesis.errors import FlakyFailure
 
 from contracts.adapters.reference import ReferenceAdapter
@@ -17,6 +20,7 @@ from tests.property.mutants import all_mutants
 CONTRACTS = all_contracts()
 MUTANTS = all_mutants()
 CASES = [pytest.param(m, cid, id=f"{cid}-{m.name}") for m in MUTANTS for cid in m.catches]
+NIGHTLY_SEEDS = (1, 2, 3, 4, 5)
 
 
 def test_every_contract_has_a_negative_control():
@@ -25,21 +29,52 @@ def test_every_contract_has_a_negative_control():
     assert caught - set(CONTRACTS) == set(), "mutants naming unknown contracts"
 
 
-@pytest.mark.parametrize("mutant, contract_id", CASES)
-def test_mutant_is_caught(mutant, contract_id):
-    contract, engine = CONTRACTS[contract_id], ReferenceAdapter()
+def _violation(mutant, contract, engine, **settings):
     with mutant.active(), pytest.raises((ContractViolation, FlakyFailure)) as caught:
-        # Pinned @examples are left out: the strategy itself must find the bug, then shrink it.
-        run_contract(contract, engine, derandomize=True, database=None, max_examples=200,
-                     phases=[Phase.generate, Phase.shrink])
+        run_contract(contract, engine, profile="ci", **settings)
     violation = caught.value
     if isinstance(violation, FlakyFailure):
         # A nondeterministic mutant (e.g. unseeded noise) can pass on a replay during shrinking;
         # the failure it did produce must still be this contract's violation.
         violation = next(e for e in violation.exceptions if isinstance(e, ContractViolation))
-    assert violation.contract_id == contract_id and violation.engine == "reference"
+    return violation
+
+
+def _check_caught(violation, contract, engine):
+    assert violation.contract_id == contract.id and violation.engine == "reference"
     assert violation.repro and "expected" in str(violation)
+    # The contract's own assertion: an engine exception is reported as the field "call".
+    assert violation.what != "call", f"caught by an engine exception, not by the contract: {violation}"
     if contract.cases is not None:
-        # The shrunk counterexample passes on the intact engine: the failure is the mutant's.
         assert violation.case is not None
-        contract.check(engine, violation.case)
+        contract.check(engine, violation.case)  # the counterexample passes on the intact engine: the failure is the mutant's
+
+
+@pytest.mark.parametrize("mutant, contract_id", CASES)
+def test_mutant_is_caught_at_the_check_settings(mutant, contract_id):
+    contract, engine = CONTRACTS[contract_id], ReferenceAdapter()
+    _check_caught(_violation(mutant, contract, engine), contract, engine)
+
+
+@pytest.mark.nightly
+def test_detection_rate_over_seeds(capsys):
+    """Each (mutant, contract) over NIGHTLY_SEEDS random seeds at the check's budget; every one must be caught."""
+    engine, rates, missed = ReferenceAdapter(), {}, []
+    for m in MUTANTS:
+        for cid in m.catches:
+            contract = CONTRACTS[cid]
+            seeds = NIGHTLY_SEEDS if contract.cases is not None else (None,)
+            hits = 0
+            for seed in seeds:
+                extra = {} if seed is None else {"derandomize": False, "seed": seed}
+                try:
+                    _check_caught(_violation(m, contract, engine, **extra), contract, engine)
+                    hits += 1
+                except (AssertionError, pytest.fail.Exception):
+                    missed.append(f"{cid}-{m.name} seed {seed}")
+            rates[f"{cid}-{m.name}"] = hits / len(seeds)
+    with capsys.disabled():
+        print("\ndetection rate per (contract, mutant):")
+        for key, rate in sorted(rates.items()):
+            print(f"  {rate:6.0%}  {key}")
+    assert not missed, f"missed at the check's settings: {missed}"

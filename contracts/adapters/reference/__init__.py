@@ -22,4 +22,4 @@ class ReferenceAdapter(ReferenceHandoff, ReferenceDpMetadata, ReferenceKv, Refer
     capabilities = frozenset({protocol.HANDOFF, protocol.DP_METADATA, protocol.RANKS, protocol.PLANNER, protocol.STEP,
                               protocol.VERIFY, protocol.VERIFY_INJECTED_NOISE, protocol.VERIFY_EMPTY_BATCH, protocol.VERIFY_PLACEHOLDERS,
                               protocol.KV, protocol.GRAPH, protocol.PLANNER_MIN_VERIFY_LEN, protocol.PLANNER_EMPTY_BATCH,
-                              protocol.VERIFY_DISTRIBUTIONS, protocol.DRAFT, protocol.RANKS_TP})
+                              protocol.VERIFY_DISTRIBUTIONS, protocol.VERIFY_CHAIN, protocol.DRAFT, protocol.RANKS_TP})

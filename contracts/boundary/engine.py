@@ -134,7 +134,8 @@ class RequestSpec:
     temperature: float = 0.0
     max_new_tokens: int = 8
     eos_id: Optional[int] = None
-    top_k: int = 0
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # 1 = off
 
     @property
     def greedy(self) -> bool:

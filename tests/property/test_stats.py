@@ -70,7 +70,7 @@ def test_gate_does_not_fire_on_correct_data():
     """Over 1000 seeded trials (2..60 cells, n = 500..20000) the p-values are calibrated and the gate never fires.
 
     Observed (seed 0): 16/1000 trials with p < 0.01, 94/1000 with p < 0.1, smallest p 8e-4, and 0 gate
-    rejections at the Bonferroni share of 1e-6 across 10 tests.
+    rejections at the Bonferroni share of the operating family budget (1e-3) across 10 tests.
     """
     gen = torch.Generator().manual_seed(0)
     alpha = stats.bonferroni(stats.FAMILY_ALPHA, 10)
@@ -91,7 +91,8 @@ def test_gate_does_not_fire_on_correct_data():
 
 
 def test_gate_fires_on_a_small_bias():
-    """Biases of TV ~0.03 over 10 cells at n = 20000 are caught in 50 of 50 trials at the per-test alpha 1e-7.
+    """Biases of TV ~0.03 over 10 cells at n = 20000 are caught in 50 of 50 trials at the operating budget split
+    10 ways (per-test alpha 1e-4).
 
     The bias mixes 3.3% of a point mass on the least likely cell into the law (TV 0.025-0.033).
     Observed (seed 1): 50/50 caught, smallest chi-square 264 (dof <= 9).
@@ -124,6 +125,64 @@ def test_effect_size_floor_spares_a_harmless_deviation():
     result = stats.chi_square_gof(counts, law)
     assert result.p_value < 1e-12 and result.tvd < stats.TV_FLOOR
     assert not result.rejects(1e-7)
+
+
+# --- the simulation that measures the gate (contracts.stats.simulated_rate, contracts.calibration) -------------
+
+
+def test_vectorised_verdicts_match_the_gate_row_by_row():
+    """`rejections` (what calibration simulates) is the gate's own verdict, draw for draw."""
+    gen = torch.Generator().manual_seed(3)
+    for cells, n, alpha in ((2, 50, 0.2), (9, 400, 0.05), (40, 3000, 0.01)):
+        law = _random_law(gen, cells)
+        draws = stats.multinomial_draws(law, n, 400, gen)
+        got = stats.rejections(draws, law, alpha)
+        want = torch.tensor([stats.chi_square_gof(d, law).rejects(alpha) for d in draws])
+        assert torch.equal(got, want), (cells, n, alpha)
+
+
+def test_multinomial_draws_have_the_right_law():
+    gen = torch.Generator().manual_seed(4)
+    law = torch.tensor([0.5, 0.0, 0.3, 0.2], dtype=torch.float64)
+    draws = stats.multinomial_draws(law, 1000, 20_000, gen)
+    assert bool((draws.sum(1) == 1000).all()) and bool((draws[:, 1] == 0).all())
+    mean = draws.mean(0) / 1000
+    assert torch.allclose(mean, law, atol=2e-3)  # sd of the mean ~ 3e-5 per cell
+    var = draws[:, 0].var()
+    assert abs(float(var) / (1000 * 0.25) - 1) < 0.05  # n p (1 - p)
+
+
+def test_simulated_false_alarm_rate_is_the_nominal_alpha():
+    """With no effect-size floor the simulated rate at alpha 0.01 lies within 4 sd of 0.01 (20,000 runs)."""
+    law = _random_law(torch.Generator().manual_seed(5), 12)
+    hits, draws = stats.simulated_rate(law, law, 2000, 0.01, draws=20_000, seed=6, tv_floor=0.0)
+    assert abs(hits / draws - 0.01) < 4 * math.sqrt(0.01 * 0.99 / draws), hits
+
+
+def test_simulated_power_grows_with_the_effect():
+    from contracts.calibration import shifted
+
+    law = _random_law(torch.Generator().manual_seed(7), 8)
+    rates = [stats.simulated_rate(shifted(law, d), law, 20_000, 1e-4, draws=500, seed=8)[0] / 500 for d in (0.0, 0.01, 0.03)]
+    assert rates[0] < 0.01 and rates[0] <= rates[1] <= rates[2] and rates[2] == 1.0, rates
+    assert 0.5 * float((shifted(law, 0.03) - law).abs().sum()) == pytest.approx(0.03)
+
+
+def test_upper_bound_is_clopper_pearson():
+    assert stats.upper_bound(0, 1000) == pytest.approx(1 - 0.05 ** (1 / 1000), rel=1e-6)  # solves (1-p)^n = 0.05
+    assert 0.01 < stats.upper_bound(10, 1000) < 0.02 and stats.upper_bound(5, 5) == 1.0
+
+
+def test_the_gate_fails_through_the_contract_assertion_and_is_recorded():
+    from contracts.violation import Mismatch
+
+    law = torch.tensor([0.5, 0.5], dtype=torch.float64)
+    with stats.recording() as seen:
+        stats.gate([("fair", torch.tensor([500, 500]), law)])
+        with pytest.raises(Mismatch, match="biased goodness of fit"):
+            stats.gate([("fair", torch.tensor([500, 500]), law), ("biased", torch.tensor([900, 100]), law)])
+    assert [(name, n, alpha) for name, _, n, alpha in seen] == [
+        ("fair", 1000, stats.FAMILY_ALPHA), ("fair", 1000, stats.FAMILY_ALPHA / 2), ("biased", 1000, stats.FAMILY_ALPHA / 2)]
 
 
 def test_bonferroni_split():

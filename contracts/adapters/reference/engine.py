@@ -87,7 +87,7 @@ class ReferenceEngine:
 
     def add_requests(self, handle, requests, via):
         reqs = [dspark_engine.Request(r.rid, tuple(r.prompt), dspark_engine.SamplingParams(
-            r.temperature, r.top_k, r.max_new_tokens, r.eos_id)) for r in requests]
+            r.temperature, r.top_k, r.max_new_tokens, r.eos_id, r.top_p)) for r in requests]
         if via == "pd":
             handle.decode.accept_handoff(handle.prefill.prefill_for_handoff(reqs))
         elif via == "local":

@@ -166,13 +166,14 @@ def _top_p_drops_crossing_token(logits, temperatures, top_ks, top_ps):
 
 
 MUTANTS = [
-    Mutant("resample-from-p-not-residual", ("LOSSLESS-001", "LOSSLESS-002", "LOSSLESS-003", "LOSSLESS-004"),
+    Mutant("resample-from-p-not-residual", ("LOSSLESS-001", "LOSSLESS-002", "LOSSLESS-003", "LOSSLESS-004", "LOSSLESS-005",
+                                            "LOSSLESS-006"),
            _sampler(residual=False)),
     Mutant("accept-with-less-or-equal", ("VERIFY-005",), _sampler(strict=False)),
     Mutant("zero-draft-probability-accepted", ("VERIFY-005",), _sampler(q_zero_rejected=False)),
-    Mutant("capped-bonus-resampled", ("VERIFY-005", "LOSSLESS-001", "LOSSLESS-002", "LOSSLESS-004"),
+    Mutant("capped-bonus-resampled", ("VERIFY-005", "LOSSLESS-001", "LOSSLESS-002", "LOSSLESS-004", "LOSSLESS-006"),
            _sampler(carry="resample")),
-    Mutant("cap-peeks-at-next-draft", ("VERIFY-005", "LOSSLESS-002", "LOSSLESS-004"), _sampler(carry="peek")),
+    Mutant("cap-peeks-at-next-draft", ("VERIFY-005", "LOSSLESS-002", "LOSSLESS-004", "LOSSLESS-006"), _sampler(carry="peek")),
     Mutant("noise-row-by-batch-position", ("VERIFY-009",), _sampler(noise_rows=lambda bs: torch.arange(bs).flip(0))),
     Mutant("greedy-bonus-one-row-late", ("VERIFY-003", "VERIFY-004"),
            lambda mp: mp.setattr(reference, "greedy_accept", _greedy_bonus_one_late)),

@@ -1,0 +1,121 @@
+"""The statistical gate measured, not assumed: each statistical contract's false-alarm rate and power.
+
+A statistical contract is run once on an engine under `stats.recording()`, which
+yields the tests its gate saw: (name, law, n, per-test alpha). Under the null
+hypothesis (an engine that samples the law exactly) a test's counts are
+Multinomial(n, law), so its rejection rate is simulated directly with the gate's
+own verdict function (`stats.rejections`). The tests of one run share rows, so
+the family's false-alarm rate is bounded by the sum of the per-test rates (the
+union bound, valid whatever their dependence); it is reported with a one-sided
+95% upper bound.
+
+Power is reported for named effect sizes: one test's law moved by total
+variation delta (mass shifted from its likeliest cell to its least likely
+positive cell), at the same n and alpha, for the family's weakest and
+strongest test.
+
+    python -m contracts.calibration [--draws N] [--contract ID ...]
+
+prints the table the README carries.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+
+import torch
+
+from contracts import stats
+
+STAT_CONTRACTS = ("LOSSLESS-003", "LOSSLESS-004", "LOSSLESS-005", "LOSSLESS-006", "DIST-001")
+EFFECTS = (0.01, 0.02, 0.05)  # total-variation shifts for the power table
+
+
+@dataclass
+class Family:
+    contract_id: str
+    tests: list  # (name, law, n, alpha) as the gate saw them
+    draws: int = 0
+    hits: list = field(default_factory=list)  # null rejections per test
+    power: dict = field(default_factory=dict)  # effect -> (weakest, strongest) per-test detection rate
+
+    @property
+    def alpha(self) -> float:
+        return self.tests[0][3]
+
+    @property
+    def rate(self) -> float:
+        """Union-bound estimate of the family's false-alarm rate."""
+        return sum(self.hits) / self.draws
+
+    @property
+    def upper(self) -> float:
+        # Rare, nearly independent events: the total count is close to Poisson(draws * sum of rates).
+        return stats.upper_bound(sum(self.hits), self.draws)
+
+
+def shifted(law: torch.Tensor, delta: float) -> torch.Tensor:
+    """`law` with mass `delta` moved from its likeliest cell to its least likely positive cell (TV = delta)."""
+    out = law.clone()
+    top = int(torch.argmax(law))
+    low = int(torch.where(law > 0, law, 2.0).argmin())
+    moved = min(delta, float(law[top]))
+    out[top] -= moved
+    out[low] += moved
+    return out
+
+
+def record(contract_id: str, engine) -> Family:
+    """Run the contract once (it must pass) and keep the tests its gate saw."""
+    from contracts.registry import all_contracts
+    from contracts.runner import run_contract
+
+    with stats.recording() as seen:
+        run_contract(all_contracts()[contract_id], engine, profile="ci")
+    if not seen:
+        raise ValueError(f"contract_id: {contract_id} ran no statistical gate")
+    return Family(contract_id, list(seen))
+
+
+def measure(family: Family, draws: int, power_draws: int = 2000, seed: int = 0) -> Family:
+    family.draws = draws
+    family.hits = [stats.simulated_rate(law, law, n, alpha, draws=draws, seed=seed + i)[0]
+                   for i, (_, law, n, alpha) in enumerate(family.tests)]
+    for delta in EFFECTS:
+        rates = [stats.simulated_rate(shifted(law, delta), law, n, alpha, draws=power_draws, seed=seed + i)[0] / power_draws
+                 for i, (_, law, n, alpha) in enumerate(family.tests)]
+        family.power[delta] = (min(rates), max(rates))
+    return family
+
+
+def table(families) -> str:
+    head = ("| contract | tests | per-test alpha | simulated null runs | false alarm (union bound) | 95% upper | "
+            + " | ".join(f"power at TV {d} (weakest / strongest test)" for d in EFFECTS) + " |")
+    rows = [head, "|" + "---|" * (6 + len(EFFECTS))]
+    for f in families:
+        power = " | ".join(f"{lo:.0%} / {hi:.0%}" for lo, hi in (f.power[d] for d in EFFECTS))
+        rows.append(f"| {f.contract_id} | {len(f.tests)} | {f.alpha:.2g} | {f.draws:,} | {f.rate:.2g} | {f.upper:.2g} | "
+                    f"{power} |")
+    return "\n".join(rows)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m contracts.calibration", description=__doc__.splitlines()[0])
+    parser.add_argument("--draws", type=int, default=1_000_000, help="simulated null runs per test")
+    parser.add_argument("--power-draws", type=int, default=2000, help="simulated runs per test and effect size")
+    parser.add_argument("--contract", action="append", help="a statistical contract id (default: all of them)")
+    args = parser.parse_args(argv)
+    if args.draws < 1 or args.power_draws < 1:
+        parser.error("--draws/--power-draws: must be positive")
+    from contracts.adapters.reference import ReferenceAdapter
+
+    engine = ReferenceAdapter()
+    families = [measure(record(cid, engine), args.draws, args.power_draws) for cid in args.contract or STAT_CONTRACTS]
+    print(f"family-wise budget {stats.FAMILY_ALPHA:g} per contract run, effect-size floor TV {stats.TV_FLOOR}")
+    print(table(families))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -12,17 +12,33 @@ import torch
 class HandoffCase:
     """What the prefill server hands over, in batch order."""
 
-    seq_lens: Tuple[int, ...]  # committed KV lengths
+    prompt_lens: Tuple[int, ...]  # prompt tokens per request (>= 1)
     req_pool_indices: Tuple[int, ...]  # distinct pool rows
-    bonus_tokens: Tuple[int, ...]  # each request's first sampled token
+    bonus_tokens: Tuple[int, ...]  # each request's last sampled token, the pending anchor of its first decode
     enable_overlap: bool
     pool_size: int
     gamma: int = 5
     algorithm: str = "dspark"  # a DFlash-family algorithm: "dspark" or "dflash"
+    # Tokens already sampled per request, the bonus last (() = one each). More than one: a request retracted and
+    # prefilled again carries its earlier outputs.
+    output_lens: Tuple[int, ...] = ()
 
     @property
     def bs(self) -> int:
-        return len(self.seq_lens)
+        return len(self.prompt_lens)
+
+    @property
+    def outputs(self) -> Tuple[int, ...]:
+        return self.output_lens or (1,) * self.bs
+
+    @property
+    def seq_lens(self) -> Tuple[int, ...]:
+        """Committed KV lengths: the KV holds every handed-over token but the pending last one."""
+        return tuple(p + o - 1 for p, o in zip(self.prompt_lens, self.outputs))
+
+    def output_ids(self, i: int) -> list:
+        """Request i's sampled tokens: earlier outputs (arbitrary ids), then its bonus token."""
+        return [7 + k for k in range(self.outputs[i] - 1)] + [self.bonus_tokens[i]]
 
 
 @dataclass

@@ -57,11 +57,14 @@ def bonus_preserved(engine, case):
     expect_equal("draft_input.bonus_tokens", torch.tensor(case.bonus_tokens, dtype=torch.int64), di.bonus_tokens)
 
 
-@contract("HANDOFF-003", "the committed sequence lengths are preserved (int64, batch order)",
+@contract("HANDOFF-003", "the decode side's committed lengths are, per request, its prompt plus its sampled tokens minus "
+          "the pending last one (the first decode's anchor), computed by the engine from the handed-over requests, some "
+          "of which carry earlier outputs (int64, batch order)",
           requires={HANDOFF}, cases=ALL, examples=(SEED_CASE,))
 def seq_lens_preserved(engine, case):
     _, di = _draft_input(engine, case)
-    expect_equal("draft_input.new_seq_lens", torch.tensor(case.seq_lens, dtype=torch.int64), di.new_seq_lens)
+    want = [p + o - 1 for p, o in zip(case.prompt_lens, case.outputs)]
+    expect_equal("draft_input.new_seq_lens", torch.tensor(want, dtype=torch.int64), di.new_seq_lens)
 
 
 @contract("HANDOFF-004", "with overlap on, future_indices are the batch's req_pool_indices (the same tensor, not a copy)",

@@ -107,7 +107,7 @@ def test_a_stale_resolve_reads_the_poison_when_not_strict():
 
 def _batch(seq_lens, rows, overlap=True):
     pool = ReqToTokenPool(POOL, 64)
-    reqs = [Req(i, [0], [7], r, n) for i, (n, r) in enumerate(zip(seq_lens, rows))]
+    reqs = [Req(i, [0] * n, [7], r, n) for i, (n, r) in enumerate(zip(seq_lens, rows))]
     return ScheduleBatch.prebuilt(reqs, pool, speculative_num_draft_tokens=3, enable_overlap=overlap)
 
 
@@ -140,8 +140,14 @@ def test_prebuilt_request_without_first_token_rejected():
 
 
 def test_prebuilt_request_longer_than_its_slot_rejected():
-    with pytest.raises(ValueError, match="kv_committed_len"):
-        ScheduleBatch.prebuilt([Req(0, [0], [5], 1, 100)], ReqToTokenPool(POOL, 64))
+    with pytest.raises(ValueError, match="kv_committed_len.*exceeds"):
+        ScheduleBatch.prebuilt([Req(0, [0] * 100, [5], 1, 100)], ReqToTokenPool(POOL, 64))
+
+
+def test_prebuilt_request_whose_kv_does_not_cover_its_tokens_rejected():
+    """Prompt 3 + outputs 2: the KV holds 4 tokens (all but the pending one), not 3."""
+    with pytest.raises(ValueError, match=r"reqs\[0\].kv_committed_len: 3, but .* make 4"):
+        ScheduleBatch.prebuilt([Req(0, [0, 0, 0], [5, 6], 1, 3)], ReqToTokenPool(POOL, 64))
 
 
 def test_first_decode_without_slot_room_changes_no_request():

@@ -16,7 +16,7 @@ def t(values):
 def test_dispatch_returns_none_only_for_none():
     pool = ReqToTokenPool(8, 64)
     for algo in SpeculativeAlgorithm:
-        batch = ScheduleBatch.prebuilt([Req(0, [1], [9], 2, 5)], pool, spec_algorithm=algo)
+        batch = ScheduleBatch.prebuilt([Req(0, [1] * 5, [9], 2, 5)], pool, spec_algorithm=algo)
         if algo.is_none():
             assert algo.build_disagg_draft_input(batch, t([9]), None) is None
         elif algo.is_dflash_family():
@@ -32,7 +32,7 @@ def test_dispatch_returns_none_only_for_none():
 
 def test_none_algorithm_prebuilt_stashes_bonus_and_clears_input_ids():
     pool = ReqToTokenPool(8, 64)
-    batch = ScheduleBatch.prebuilt([Req(0, [1], [9], 2, 5)], pool, spec_algorithm=SpeculativeAlgorithm.NONE,
+    batch = ScheduleBatch.prebuilt([Req(0, [1] * 5, [9], 2, 5)], pool, spec_algorithm=SpeculativeAlgorithm.NONE,
                                    enable_overlap=True)
     batch.input_ids = t([1])
     fm = FutureMap(8)
@@ -64,7 +64,7 @@ def test_filter_and_merge_without_overlap():
 
 def test_prepare_for_decode_reserves_two_windows_page_aligned_and_never_shrinks():
     pool = ReqToTokenPool(8, 128, page_size=4)
-    reqs = [Req(0, [1], [9], 1, 5), Req(1, [1], [9], 2, 9, kv_allocated_len=64)]
+    reqs = [Req(0, [1] * 5, [9], 1, 5), Req(1, [1] * 9, [9], 2, 9, kv_allocated_len=64)]
     batch = ScheduleBatch.prebuilt(reqs, pool, speculative_num_draft_tokens=6)
     disaggregation.process_prebuilt(batch, None)
     batch.prepare_for_decode()

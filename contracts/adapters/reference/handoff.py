@@ -22,8 +22,9 @@ class ReferenceHandoff:
         max_len = max(case.seq_lens, default=0) + 2 * T
         pool = ReqToTokenPool(case.pool_size, max_len)
         reqs = [
-            Req(rid=i, origin_input_ids=[0] * n, output_ids=[tok], req_pool_idx=row, kv_committed_len=n)
-            for i, (n, row, tok) in enumerate(zip(case.seq_lens, case.req_pool_indices, case.bonus_tokens))
+            Req(rid=i, origin_input_ids=[0] * n, output_ids=case.output_ids(i), req_pool_idx=row,
+                kv_committed_len=n + len(case.output_ids(i)) - 1)
+            for i, (n, row) in enumerate(zip(case.prompt_lens, case.req_pool_indices))
         ]
         return ScheduleBatch.prebuilt(reqs, pool, speculative_num_draft_tokens=T, enable_overlap=case.enable_overlap,
                                       spec_algorithm=SpeculativeAlgorithm.from_string(case.algorithm))

@@ -30,7 +30,7 @@ class SGLangHandoff:
         # Room for the handed-over KV and each request's decode reserve (2T, page-rounded).
         pools = rt.pools(pool_size=case.pool_size, kv_slots=sum(case.seq_lens) + case.bs * (2 * T + 1) + 1)
         with rt.config(num_draft_tokens=T):
-            reqs = [rt.prebuilt_request(pools, f"r{i}", n, tok) for i, (n, tok) in enumerate(zip(case.seq_lens, case.bonus_tokens))]
+            reqs = [rt.prebuilt_request(pools, f"r{i}", n, case.output_ids(i)) for i, n in enumerate(case.prompt_lens)]
             batch = rt.schedule_batch(pools, reqs, enable_overlap=case.enable_overlap, algorithm=ALGORITHMS[case.algorithm])
             batch.prepare_for_prebuilt()
         return PrebuiltBatch(batch, pools, T)

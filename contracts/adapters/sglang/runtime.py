@@ -111,10 +111,11 @@ class Runtime:
                                                  page_size=page_size, tree_components=(ComponentType.FULL,)))
         return Pools(r2t, alloc, tree, context_len)
 
-    def prebuilt_request(self, pools: "Pools", rid: str, committed_len: int, first_token: int, *,
+    def prebuilt_request(self, pools: "Pools", rid: str, prompt_len: int, outputs, *,
                          max_new_tokens: int = 64, top_k: int = 1, temperature: float = 0.0):
         """A decode-side request whose KV arrived from a prefill server: pool row and KV slots taken as
-        SGLang's DecodePreallocQueue takes them (`alloc_for_decode_prealloc`), first token appended."""
+        SGLang's DecodePreallocQueue takes them (`alloc_for_decode_prealloc`), its sampled tokens appended
+        (`outputs`: the first token, or the list of them, the pending one last)."""
         from sglang.srt.disaggregation.decode import alloc_for_decode_prealloc
         from sglang.srt.managers.schedule_batch import Req
         from sglang.srt.sampling.sampling_params import SamplingParams
@@ -122,9 +123,9 @@ class Runtime:
         params = SamplingParams(max_new_tokens=max_new_tokens, top_k=top_k, temperature=temperature)
         params.normalize(None)
         params.verify(self.model_config.vocab_size)
-        req = Req(rid, "", array("q", [1 + (i % 1000) for i in range(committed_len)]), params,
+        req = Req(rid, "", array("q", [1 + (i % 1000) for i in range(prompt_len)]), params,
                   vocab_size=self.model_config.vocab_size)
-        req.output_ids.append(int(first_token))
+        req.output_ids.extend(int(t) for t in ([outputs] if isinstance(outputs, int) else outputs))
         if pools.req_to_token_pool.alloc([req]) is None:
             raise ValueError("pool_size: no free request row for the handoff")
         fill = len(req.origin_input_ids) + len(req.output_ids) - 1

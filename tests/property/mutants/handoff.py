@@ -3,6 +3,7 @@
 import torch
 
 from dspark import disaggregation, overlap_utils
+from dspark.schedule_batch import ScheduleBatch
 from dspark.spec_info import SpeculativeAlgorithm
 
 from . import Mutant
@@ -11,6 +12,14 @@ _real_builder = disaggregation.build_dspark_disagg_draft_input
 _real_publish = overlap_utils.FutureMap.publish
 _real_stash = overlap_utils.FutureMap.stash
 _real_seed = disaggregation._seed_relay
+_real_prebuilt = ScheduleBatch.prebuilt.__func__
+
+
+def _prebuilt_counts_the_prompt_only(cls, reqs, pool, **kw):
+    """Seq lens from the prompt alone: right whenever a request carries one output, wrong for a resumed one."""
+    batch = _real_prebuilt(cls, reqs, pool, **kw)
+    batch.seq_lens = torch.tensor([len(r.origin_input_ids) for r in reqs], dtype=torch.int64)
+    return batch
 
 
 def _dispatch_without_dspark(self, batch, last_tokens_tensor, future_map):
@@ -62,6 +71,8 @@ MUTANTS = [
     Mutant("seq-lens-count-the-anchor", ("HANDOFF-003",),
            lambda mp: mp.setattr(disaggregation, "build_dspark_disagg_draft_input",
                                  _set("new_seq_lens", lambda b, di: di.new_seq_lens + 1))),
+    Mutant("prebuilt-seq-lens-ignore-earlier-outputs", ("HANDOFF-003",),
+           lambda mp: mp.setattr(ScheduleBatch, "prebuilt", classmethod(_prebuilt_counts_the_prompt_only))),
     Mutant("future-indices-are-batch-rows", ("HANDOFF-004",),
            lambda mp: mp.setattr(disaggregation, "build_dspark_disagg_draft_input",
                                  _set("future_indices", lambda b, di: None if di.future_indices is None

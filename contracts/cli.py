@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -14,7 +15,8 @@ OK, FAILED, BAD_ARGS, NOTHING_RAN, ENGINE_ERROR = 0, 1, 2, 3, 4
 EXIT_CODES = """exit codes:
   0  no contract failed, and at least one ran (passed, or failed as the known-failures ledger says)
   1  a contract failed (or pytest stopped on an internal error)
-  2  bad arguments: unknown contract id or capability, bad -n, pytest-xdist missing, unusable output path
+  2  bad arguments: unknown contract id or capability, bad -n, pytest-xdist missing, unusable output path,
+     --device cuda without CUDA, a --backend this machine cannot run, or a --device/--backend the engine does not take
   3  nothing ran: every selected contract was skipped (pass --allow-skips to accept that),
      or a --require'd capability had a contract skipped or none at all
   4  the engine could not be loaded, or its adapter is invalid (unknown capability, missing methods)
@@ -51,6 +53,7 @@ def _validate(args) -> None:
 
     if args.workers is not None:
         args.workers = validation.workers(args.workers)
+    args.placement = validation.placement(args.device, args.backend)
     args.contract = validation.contract_ids(args.contract, all_contracts())
     args.require = [validation.capability(level) for level in args.require]
     if args.durations is not None and args.durations < 0:
@@ -72,6 +75,7 @@ def _pytest_args(args, spec: str, json_path: str) -> list:
            "-W", "ignore::pytest.PytestAssertRewriteWarning"]
     for cid in args.contract:
         out += ["--contract", cid]
+    out += ["--contracts-device", args.placement.device, "--contracts-backend", args.placement.requested]
     if args.profile:
         out += ["--hypothesis-profile", args.profile]
     if args.hypothesis_seed is not None:
@@ -119,22 +123,53 @@ def _one_torch_thread() -> None:
     torch.set_num_threads(1)  # this process imported torch already (the argument checks load the catalog)
 
 
+@contextlib.contextmanager
+def _placement_env(where):
+    """$DSPARK_DEVICE / $DSPARK_BACKEND (and TRITON_INTERPRET=1 for the interpreter) while the check runs: the
+    adapter, xdist workers and rank processes all read them. Restored afterwards (main() may run in-process)."""
+    from contracts.validation import BACKEND_ENV, DEVICE_ENV
+
+    wanted = {DEVICE_ENV: where.device, BACKEND_ENV: where.requested}
+    if where.interpreted and not os.environ.get("TRITON_INTERPRET"):
+        wanted["TRITON_INTERPRET"] = "1"  # before anything imports the kernels; validation refused other values
+    saved = {k: os.environ.get(k) for k in wanted}
+    os.environ.update(wanted)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def _check(args) -> int:
     try:
         _validate(args)
     except ValueError as e:
         return _fail(str(e), BAD_ARGS)
     _one_torch_thread()
+    with _placement_env(args.placement):
+        return _run_check(args)
+
+
+def _run_check(args) -> int:
     import pytest
 
     from contracts.engines import EngineLoadError, chosen_engine, load_engine
     from contracts.plugin import Preloaded
+    from contracts.validation import engine_placement
 
     spec = chosen_engine(args.engine)
     try:  # fail fast with one line; the session reuses this adapter instead of loading it again
         engine = load_engine(spec)
     except EngineLoadError as e:
         return _fail(str(e), ENGINE_ERROR)
+    try:
+        engine_placement(engine, args.placement)
+    except ValueError as e:
+        return _fail(str(e), BAD_ARGS)
     with tempfile.TemporaryDirectory(prefix="dspark-contracts-") as tmp:
         json_path = args.json or os.path.join(tmp, "results.json")
         code = int(pytest.main(_pytest_args(args, spec, json_path), plugins=[Preloaded(engine)]))
@@ -208,6 +243,11 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--require", action="append", default=[], metavar="LEVEL",
                        help="exit 3 unless every contract needing this capability ran (repeatable)")
     check.add_argument("--allow-skips", action="store_true", help="exit 0 even when every contract was skipped")
+    check.add_argument("--device", metavar="cpu|cuda",
+                       help="where the verify level runs (default: $DSPARK_DEVICE, else cpu); cuda needs a CUDA device")
+    check.add_argument("--backend", metavar="torch|triton|auto",
+                       help="verify ops: the torch reference or the Triton kernels (interpreted on cpu, compiled on "
+                            "cuda); auto = triton on cuda, torch on cpu (default: $DSPARK_BACKEND, else auto)")
     check.add_argument("--profile", choices=("dev", "ci", "nightly"), help="Hypothesis profile (default: ci under CI, else dev)")
     check.add_argument("--hypothesis-seed", type=int, metavar="N", help="Hypothesis seed (dev and nightly profiles)")
     check.add_argument("-n", "--workers", metavar="N", help="run on N pytest-xdist workers ('auto' for one per core)")

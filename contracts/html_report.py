@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections import Counter
 from html import escape
 
+from contracts.report import placement_text
+
 RESULTS = ("passed", "failed", "known-failure", "skipped")
 _CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222}
@@ -40,6 +42,9 @@ def _column_names(runs) -> list:
     names = []
     for run in runs:
         name = run["engine"] + (f" {run['engine_version']}" if run.get("engine_version") else "")
+        where = (run.get("engine_device"), run.get("engine_backend"))
+        if where[1] and where != ("cpu", "torch"):  # e.g. the same engine's CPU run next to its Triton run
+            name += f" {where[0]}/{where[1]}"
         names.append(name if name not in names else f"{name} (run {len(names) + 1})")
     return names
 
@@ -147,7 +152,8 @@ def _run_info(run, name) -> str:
     c, h = run.get("counts", {}), run.get("hypothesis") or {}
     seed = "derandomized" if h.get("derandomize") else f"seed {h.get('seed') or 'random'}"
     caps = ", ".join(run.get("capabilities") or []) or "?"
-    return (f"<li><b>{escape(name)}</b> on {escape(str(run.get('engine_device') or '?'))}; capabilities: {escape(caps)}; "
+    where = placement_text(run.get("engine_device") or "?", run.get("engine_backend"))
+    return (f"<li><b>{escape(name)}</b>: {escape(where)}; capabilities: {escape(caps)}; "
             f"Hypothesis profile {escape(str(h.get('profile')))} ({seed}, max_examples {h.get('max_examples')}); "
             + ", ".join(f"{c.get(k, 0)} {k}" for k in RESULTS) + "</li>")
 

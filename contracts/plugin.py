@@ -17,17 +17,20 @@ from contracts.report import ContractTable, engine_properties, failure_propertie
 profiles.register()  # at import, so `--hypothesis-profile dev` resolves in Hypothesis' own configure
 
 MARKERS = {
-    "cpu": "runs without an accelerator (added to every test not marked gpu/b300/bench)",
+    "cpu": "runs without an accelerator (added to every test not marked gpu/b300/bench/nightly/triton)",
     "gpu": "needs a CUDA device; also tagged b300 so GPU runners select it with -m b300",
     "b300": "runs on the B300 GPU runners; b300-only tests also need compute capability 10.3",
     "bench": "a benchmark (pytest-benchmark); collected only when -m mentions bench",
     "nightly": "repetition and depth for the nightly run; collected only when -m mentions nightly",
+    "triton": "runs the Triton kernels through the interpreter for a minute or more; collected only when -m mentions triton",
     "stat": "a statistical contract with a fixed seed and a stated false-alarm rate",
     "slow": "takes more than a few seconds",
     "contract(id)": "the contract a test checks (set by the packaged suite)",
 }
 _TABLE = pytest.StashKey[ContractTable]()
 _ENGINE = pytest.StashKey[object]()
+_PLACEMENT = pytest.StashKey[object]()  # contracts.validation.Placement
+_SAVED_ENV = pytest.StashKey[dict]()
 
 
 def pytest_addoption(parser):
@@ -38,6 +41,11 @@ def pytest_addoption(parser):
     group.addoption("--contract", action="append", default=[], metavar="ID", help="run only these contract ids")
     group.addoption("--contracts-progress", action="store_true", default=False,
                     help="print one line per contract as it finishes (id, result, time) instead of dots")
+    group.addoption("--contracts-device", default=None, metavar="cpu|cuda",
+                    help="where the engine's verify level runs (default: $DSPARK_DEVICE, else cpu)")
+    group.addoption("--contracts-backend", default=None, metavar="torch|triton|auto",
+                    help="verify ops backend: torch, triton (interpreted on cpu, compiled on cuda) or auto "
+                         "(triton on cuda, torch on cpu; default: $DSPARK_BACKEND, else auto)")
 
 
 def pytest_configure(config):
@@ -46,6 +54,7 @@ def pytest_configure(config):
     if config.getoption("hypothesis_profile", None) is None:
         settings.load_profile(profiles.default_profile())
     config.stash[_TABLE] = ContractTable(engine=chosen_engine(config.getoption("engine")))
+    _configure_placement(config)
     if config.getoption("contract"):  # a typo would otherwise select nothing, silently
         from contracts.registry import all_contracts
         from contracts.validation import contract_ids
@@ -56,6 +65,36 @@ def pytest_configure(config):
             raise pytest.UsageError(str(e)) from None
     # Per config, not a module global: an in-process inner session (pytester) must not take over the outer table.
     config.pluginmanager.register(_Recorder(config), "dspark-contracts-recorder")
+
+
+def _configure_placement(config) -> None:
+    """Check --contracts-device/--contracts-backend (or their env twins) now, before any test runs, and hand
+    them to the adapter (and xdist workers, rank processes) through $DSPARK_DEVICE / $DSPARK_BACKEND."""
+    from contracts.validation import BACKEND_ENV, DEVICE_ENV, placement
+
+    device, backend = config.getoption("contracts_device"), config.getoption("contracts_backend")
+    try:
+        where = placement(device, backend, device_flag="--contracts-device", backend_flag="--contracts-backend")
+    except ValueError as e:
+        raise pytest.UsageError(str(e)) from None
+    config.stash[_PLACEMENT] = where
+    wanted = {}
+    if device is not None:
+        wanted[DEVICE_ENV] = where.device
+    if backend is not None:
+        wanted[BACKEND_ENV] = where.requested
+    if where.interpreted and not os.environ.get("TRITON_INTERPRET"):
+        wanted["TRITON_INTERPRET"] = "1"
+    config.stash[_SAVED_ENV] = {k: os.environ.get(k) for k in wanted}
+    os.environ.update(wanted)
+
+
+def pytest_unconfigure(config):
+    for k, v in config.stash.get(_SAVED_ENV, {}).items():  # an in-process session (pytester) leaves no trace
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 class Preloaded:
@@ -77,10 +116,17 @@ class Preloaded:
 def engine(pytestconfig):
     """The adapter of the engine under test, loaded once, on first use."""
     if _ENGINE not in pytestconfig.stash:
+        from contracts.validation import engine_placement
+
         try:
-            pytestconfig.stash[_ENGINE] = load_engine(chosen_engine(pytestconfig.getoption("engine")))
+            engine = load_engine(chosen_engine(pytestconfig.getoption("engine")))
         except EngineLoadError as e:
             pytest.exit(f"dspark-contracts: {e}", returncode=4)
+        try:
+            engine_placement(engine, pytestconfig.stash[_PLACEMENT])
+        except ValueError as e:
+            pytest.exit(f"dspark-contracts: {e}", returncode=2)
+        pytestconfig.stash[_ENGINE] = engine
     return pytestconfig.stash[_ENGINE]
 
 
@@ -93,7 +139,7 @@ def _cuda_capability():
 def pytest_collection_modifyitems(config, items):
     wanted = set(config.getoption("contract"))
     markexpr = config.getoption("markexpr") or ""
-    bench_selected, nightly_selected = "bench" in markexpr, "nightly" in markexpr
+    not_opted_in = {m for m in ("bench", "nightly", "triton") if m not in markexpr}  # opt-in: collected only when named
     keep, dropped = [], []
     capability = None
     for item in items:
@@ -102,13 +148,13 @@ def pytest_collection_modifyitems(config, items):
         if wanted and (contract_mark is None or contract_mark.args[0] not in wanted):
             dropped.append(item)
             continue
-        if ("bench" in marks and not bench_selected) or ("nightly" in marks and not nightly_selected):
+        if marks & not_opted_in:
             dropped.append(item)
             continue
         keep.append(item)
         if contract_mark is not None:
             item.user_properties.append(("dspark_contract", contract_mark.args[0]))
-        if not marks & {"gpu", "b300", "bench", "nightly"}:
+        if not marks & {"gpu", "b300", "bench", "nightly", "triton"}:
             item.add_marker(pytest.mark.cpu)
         if "gpu" in marks or "b300" in marks:
             capability = capability or (_cuda_capability() or ("none",))
@@ -126,11 +172,18 @@ def pytest_collection_modifyitems(config, items):
 def pytest_report_header(config):
     # The engine is named, not loaded: loading stays lazy (collection, and runs that select no contract).
     spec = chosen_engine(config.getoption("engine"))
-    lines = [f"dspark-contracts: hypothesis profile={_profile_name()}", f"engine: {spec} (loaded on first use)"]
+    where = config.stash[_PLACEMENT]
+    lines = [f"dspark-contracts: hypothesis profile={_profile_name()}",
+             f"engine: {spec} (loaded on first use), device={where.device}, backend={_backend_text(where)}"]
     env = {k: v for k, v in os.environ.items() if k.startswith("DSPARK_")}
     if env:
         lines.append("env: " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
     return lines
+
+
+def _backend_text(where) -> str:
+    text = where.backend if where.requested != "auto" else f"auto ({where.backend} for the reference engine)"
+    return text + (", Triton interpreter" if where.interpreted else "")
 
 
 def _profile_name() -> str:

@@ -19,6 +19,10 @@ VERIFY_INJECTED_NOISE = "verify.injected-noise"  # sampling/mixed accept that ta
 VERIFY_EMPTY_BATCH = "verify.empty-batch"  # verify ops accept bs == 0 (a DP-idle rank's batch)
 VERIFY_PLACEHOLDERS = "verify.placeholders"  # out_tokens past commit_len hold -1 (a convention, not a law)
 VERIFY_DISTRIBUTIONS = "verify.distributions"  # the target / draft laws the sampling accept reads, observable
+# Float64 inputs are computed in float64 (no narrowing): what the exact-law contracts need. Their probe noise of
+# 2**-200 underflows in float32 and their 1e-9 law tolerance is below float32 rounding; an fp32/bf16 engine leaves
+# this out, and is held to the same laws exactly where its arithmetic allows and by the Monte-Carlo gate otherwise.
+VERIFY_FLOAT64 = "verify.float64"
 VERIFY_CHAIN = "verify.chain-sampling"  # sampled verify is chain (token-by-token) rejection sampling, not block verification
 PLANNER = "planner"
 PLANNER_MIN_VERIFY_LEN = "planner.min-verify-len"  # schedule_verify_lens honours min_verify_len != 1
@@ -60,6 +64,7 @@ CAPABILITIES: Mapping[str, Capability] = {
     VERIFY_EMPTY_BATCH: Capability(None),
     VERIFY_PLACEHOLDERS: Capability(None),
     VERIFY_DISTRIBUTIONS: Capability("contracts.boundary.verify:VerifyLevel", ("accept_distributions",)),
+    VERIFY_FLOAT64: Capability(None),
     VERIFY_CHAIN: Capability(None),
     PLANNER: Capability("contracts.boundary.engine:PlannerLevel", (
         "new_sps_table", "sps_lookup", "verify_token_budget", "schedule_verify_lens", "compact_layout",

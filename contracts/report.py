@@ -13,7 +13,7 @@ from typing import Optional
 _RANK = {"passed": 0, "skipped": 1, "known-failure": 2, "failed": 3}  # the worst outcome of a contract's phases wins
 # user_properties keys: the engine under test, and a failure's ContractViolation fields.
 ENGINE_KEYS = ("dspark_engine", "dspark_engine_name", "dspark_engine_spec", "dspark_engine_version",
-               "dspark_engine_device", "dspark_engine_capabilities")
+               "dspark_engine_device", "dspark_engine_capabilities", "dspark_engine_backend")
 FAILURE_KEYS = {"field": "dspark_field", "expected": "dspark_expected", "observed": "dspark_observed",
                 "case": "dspark_case", "repro": "dspark_repro", "message": "dspark_message"}
 
@@ -22,8 +22,16 @@ def engine_properties(engine) -> list:
     from contracts.engines import engine_label
 
     values = (engine_label(engine), engine.name, getattr(engine, "engine_spec", engine.name), engine.version,
-              engine.device, ",".join(sorted(engine.capabilities)))
+              engine.device, ",".join(sorted(engine.capabilities)), getattr(engine, "backend", None) or "")
     return list(zip(ENGINE_KEYS, map(str, values)))
+
+
+def placement_text(device, backend) -> str:
+    """`device=cpu, backend=triton (Triton interpreter)`; an engine without a backend runs its own kernels."""
+    if not backend:
+        return f"device={device}, backend=the engine's own"
+    mode = {"triton": " (Triton interpreter)" if device == "cpu" else " (compiled Triton)"}.get(backend, "")
+    return f"device={device}, backend={backend}{mode}"
 
 
 def find_violation(exc) -> Optional[BaseException]:
@@ -84,6 +92,7 @@ class ContractTable:
         self.engine = properties["dspark_engine"]
         self.engine_info = {k[len("dspark_engine_"):]: properties[k] for k in ENGINE_KEYS[1:] if k in properties}
         self.engine_info["capabilities"] = sorted(filter(None, self.engine_info.get("capabilities", "").split(",")))
+        self.engine_info["backend"] = self.engine_info.get("backend") or None
         for row in self.rows.values():
             row.engine = self.engine
 
@@ -111,7 +120,11 @@ class ContractTable:
 
     def lines(self) -> list:
         width = max((len(r.id) for r in self.rows.values()), default=2)
-        out = [f"{'contract':<{width}}  {'result':<7}  {'time':>6}  statement"]
+        info = self.engine_info
+        out = []
+        if info:
+            out.append(f"engine={self.engine} {info['version']}: {placement_text(info['device'], info.get('backend'))}")
+        out.append(f"{'contract':<{width}}  {'result':<7}  {'time':>6}  statement")
         for r in sorted(self.rows.values(), key=lambda r: r.id):
             text = r.statement if len(r.statement) <= 100 else r.statement[:97] + "..."
             out.append(f"{r.id:<{width}}  {r.result:<7}  {r.seconds:5.1f}s  {text}")
@@ -120,7 +133,6 @@ class ContractTable:
             if r.failure is not None and r.failure.repro:
                 out.append(f"{'':<{width}}  {'':<7}  {'':>6}     repro: {r.failure.repro}")
         c = self.counts()
-        info = self.engine_info
         where = f" {info['version']} on {info['device']}" if info else ""
         out.append(f"engine={self.engine}{where}: {c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped, "
                    f"{c['known-failure']} known failures")
@@ -134,6 +146,7 @@ class ContractTable:
         info = self.engine_info
         return {"engine": self.engine, "engine_name": info.get("name"), "engine_spec": info.get("spec"),
                 "engine_version": info.get("version"), "engine_device": info.get("device"),
+                "engine_backend": info.get("backend"),
                 "capabilities": info.get("capabilities"), "hypothesis": self.hypothesis, "counts": self.counts(),
                 "contracts": [asdict(r) for r in sorted(self.rows.values(), key=lambda r: r.id)]}
 

@@ -16,13 +16,24 @@ def engine_spec(engine) -> str:
     return getattr(engine, "engine_spec", engine.name)
 
 
+def _placement(engine):
+    """(device, backend) of an engine that chose a verify backend other than torch on the CPU, else None."""
+    backend = getattr(engine, "backend", None)
+    if backend is None or (engine.device, backend) == ("cpu", "torch"):
+        return None
+    return engine.device, backend
+
+
 def repro_line(contract: Contract, engine, case) -> str:
-    """One line that replays exactly this case (or re-runs the contract)."""
+    """One line that replays exactly this case (or re-runs the contract), on the engine's device and backend."""
     spec = engine_spec(engine)
+    where = _placement(engine)
     if case is None:
-        return f"dspark-contracts check --engine {spec} --contract {contract.id}"
+        flags = "" if where is None else f" --device {where[0]} --backend {where[1]}"
+        return f"dspark-contracts check --engine {spec}{flags} --contract {contract.id}"
     module = type(case).__module__
-    return (f"python -c \"from {module} import *; from contracts.runner import replay; "
+    env = "" if where is None else f"DSPARK_DEVICE={where[0]} DSPARK_BACKEND={where[1]} "
+    return (f"{env}python -c \"from {module} import *; from contracts.runner import replay; "
             f"replay('{contract.id}', '{spec}', {case!r})\"")
 
 
@@ -70,6 +81,27 @@ def run_contract(contract: Contract, engine, *, profile: str | None = None, seed
     if contract.max_examples is not None and "max_examples" not in settings_overrides:
         overrides["max_examples"] = min(contract.max_examples, base.max_examples)
     settings(base, **overrides)(test)()
+
+
+def run_with_ledger(contract: Contract, engine) -> None:
+    """`run_contract`, with the known-failures ledger applied: a failure the ledger describes is an xfail, any
+    other failure fails, and a ledger entry whose contract passes fails (the entry must go)."""
+    from contracts import ledger
+
+    known = ledger.entries(engine.name, engine.version, contract.id)
+    if not known:
+        run_contract(contract, engine)
+        return
+    try:
+        run_contract(contract, engine)
+    except ContractViolation as violation:
+        entry = ledger.match(known, violation)
+        if entry is None:  # a failure the ledger does not describe is a failure
+            raise
+        pytest.xfail(f"known failure ({entry.reason}): {str(violation).splitlines()[0]}")
+    reasons = "; ".join(e.reason for e in known)
+    pytest.fail(f"{contract.id} passes on {engine.name} {engine.version} but is in the known-failures ledger: "
+                f"remove the entry ({reasons})")
 
 
 def replay(contract_id: str, engine: str, case=None) -> None:

@@ -7,11 +7,16 @@ bad engine or a typo fails at once instead of as a skipped or crashed contract.
 from __future__ import annotations
 
 import difflib
-from typing import Iterable
+import importlib.util
+import os
+from typing import Iterable, NamedTuple, Optional
 
 from contracts.protocol import CAPABILITIES
 
 _STR_FIELDS = ("name", "version", "device")
+DEVICES = ("cpu", "cuda")
+BACKENDS = ("torch", "triton", "auto")
+DEVICE_ENV, BACKEND_ENV = "DSPARK_DEVICE", "DSPARK_BACKEND"
 
 
 def validate_adapter(engine) -> None:
@@ -30,6 +35,9 @@ def validate_adapter(engine) -> None:
     bad_types = [c for c in caps if not isinstance(c, str)]
     if bad_types:
         raise TypeError(f"capabilities: expected str names, got {bad_types!r}")
+    backend = getattr(engine, "backend", None)  # optional: the verify backend, for engines that choose one
+    if backend is not None and (not isinstance(backend, str) or not backend):
+        raise TypeError(f"backend: expected a non-empty str or None, got {backend!r}")
     unknown = sorted(set(caps) - set(CAPABILITIES))
     if unknown:
         raise ValueError(f"capabilities: unknown {', '.join(map(repr, unknown))}; known: {', '.join(sorted(CAPABILITIES))}")
@@ -80,3 +88,79 @@ def workers(value: str) -> str:
     if importlib.util.find_spec("xdist") is None:
         raise ValueError("-n/--workers: needs pytest-xdist, which is not installed (pip install pytest-xdist)")
     return text
+
+
+class Placement(NamedTuple):
+    """Where the verify level runs: `device`, the `requested` backend and the one it resolves to (`backend`)."""
+
+    device: str
+    requested: str
+    backend: str
+
+    @property
+    def interpreted(self) -> bool:
+        return self.backend == "triton" and self.device == "cpu"
+
+
+def _choice(value, known, flag: str) -> str:
+    text = str(value).strip().lower() if isinstance(value, str) else value
+    if text not in known:
+        raise ValueError(f"{flag}: expected one of {', '.join(known)}, got {value!r}")
+    return text
+
+
+def _cuda_missing() -> Optional[str]:
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    if torch.version.cuda is None:
+        return f"this torch ({torch.__version__}) is built without CUDA"
+    return f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no CUDA device"
+
+
+def placement(device=None, backend=None, *, device_flag: str = "--device", backend_flag: str = "--backend") -> Placement:
+    """`--device cpu|cuda` and `--backend torch|triton|auto` (None: $DSPARK_DEVICE / $DSPARK_BACKEND, else cpu
+    and auto), checked against this machine: CUDA present for cuda; triton (and numpy, for its interpreter)
+    installed for the Triton backend; TRITON_INTERPRET agreeing with compiled (cuda) or interpreted (cpu)
+    kernels. `auto` is SGLang's rule: Triton on cuda, torch on cpu. Raises ValueError naming the flag, or
+    the environment variable the value came from."""
+    if device is None and os.environ.get(DEVICE_ENV):
+        device, device_flag = os.environ[DEVICE_ENV], DEVICE_ENV
+    if backend is None and os.environ.get(BACKEND_ENV):
+        backend, backend_flag = os.environ[BACKEND_ENV], BACKEND_ENV
+    device = _choice("cpu" if device is None else device, DEVICES, device_flag)
+    requested = _choice("auto" if backend is None else backend, BACKENDS, backend_flag)
+    if device == "cuda":
+        missing = _cuda_missing()
+        if missing:
+            raise ValueError(f"{device_flag}: 'cuda' requested, but {missing}")
+    has_triton = importlib.util.find_spec("triton") is not None
+    resolved = requested if requested != "auto" else ("triton" if device == "cuda" and has_triton else "torch")
+    if resolved == "triton":
+        if not has_triton:
+            raise ValueError(f"{backend_flag}: 'triton' needs the triton package, which is not installed")
+        interpret = os.environ.get("TRITON_INTERPRET", "")
+        if device == "cpu":
+            if importlib.util.find_spec("numpy") is None:
+                raise ValueError(f"{backend_flag}: 'triton' on cpu runs the Triton interpreter, which needs numpy")
+            if interpret not in ("", "1"):
+                raise ValueError(f"{backend_flag}: 'triton' on cpu runs the Triton interpreter, but "
+                                 f"TRITON_INTERPRET={interpret!r}; unset it or set it to 1")
+        elif interpret == "1":
+            what = "'triton'" if requested == "triton" else "'auto' (triton)"
+            raise ValueError(f"{backend_flag}: {what} on cuda runs compiled kernels, but TRITON_INTERPRET=1 is set "
+                             "(they would be interpreted); unset it")
+    return Placement(device, requested, resolved)
+
+
+def engine_placement(engine, wanted: Placement) -> None:
+    """The loaded engine runs where `wanted` says: its device, and its backend unless `auto` left it to the engine.
+    Raises ValueError naming --device or --backend; an engine without a `backend` runs its own kernels."""
+    if engine.device != wanted.device:
+        raise ValueError(f"--device {wanted.device}: engine {engine.name!r} runs on {engine.device} "
+                         "(its adapter does not take a device)")
+    have = getattr(engine, "backend", None)
+    if wanted.requested != "auto" and have != wanted.backend:
+        what = f"verifies with {have!r}" if have else "runs its own verify kernels (it does not take a backend)"
+        raise ValueError(f"--backend {wanted.requested}: engine {engine.name!r} {what}")

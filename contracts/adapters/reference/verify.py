@@ -1,4 +1,15 @@
+"""The verify level on `dspark.verify`: the torch reference or the Triton kernels, on the CPU or a CUDA device.
+
+`device` and `backend` are the adapter's (`ReferenceAdapter(device=..., backend=...)`, from `--device` and
+`--backend`): the case tensors cross the boundary on the CPU, move to `device` for the op and come back, and every
+op is called with `backend=` ("torch" or "triton", never "auto", so the run is what the report names). With
+`backend="triton"` on the CPU the kernels run in Triton's interpreter. Substituted: nothing; the coins and noise of
+`sample_block` are drawn on the CPU (a seeded CPU generator), so a seed means the same randomness on every device.
+"""
+
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 
@@ -6,9 +17,15 @@ import dspark.verify as dv  # looked up at call time, so a patched op is what th
 from contracts.boundary.verify import AcceptDistributions, AcceptResult, CommitResult, VerifyInputs
 from dspark import sampling
 
+CPU = torch.device("cpu")
 
-def _accept(out) -> AcceptResult:
-    return AcceptResult(out.correct_len, out.bonus, out.cap_trim)
+
+def _move(obj, device: torch.device):
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if dataclasses.is_dataclass(obj):
+        return type(obj)(**{f.name: _move(getattr(obj, f.name), device) for f in dataclasses.fields(obj)})
+    return obj
 
 
 def _target(inputs: VerifyInputs) -> torch.Tensor:
@@ -22,19 +39,35 @@ def _target(inputs: VerifyInputs) -> torch.Tensor:
 
 
 class ReferenceVerify:
+    device = "cpu"
+    backend = "torch"
+
+    def _on_device(self, *tensors):
+        where = torch.device(self.device)
+        return tuple(None if t is None else t.to(where) for t in tensors)
+
+    def _accept(self, out) -> AcceptResult:
+        out = _move(out, CPU)
+        return AcceptResult(out.correct_len, out.bonus, out.cap_trim)
+
     def greedy_accept(self, inputs: VerifyInputs) -> AcceptResult:
-        return _accept(dv.greedy_accept(inputs.candidates, inputs.target_logits, inputs.verify_lens))
+        args = self._on_device(inputs.candidates, inputs.target_logits, inputs.verify_lens)
+        return self._accept(dv.greedy_accept(*args, backend=self.backend))
 
     def sampling_accept(self, inputs: VerifyInputs) -> AcceptResult:
-        return _accept(dv.sampling_accept(inputs.candidates, _target(inputs), inputs.draft_probs, inputs.coins,
-                                          inputs.resample_noise, inputs.verify_lens))
+        args = self._on_device(inputs.candidates, _target(inputs), inputs.draft_probs, inputs.coins,
+                               inputs.resample_noise, inputs.verify_lens)
+        return self._accept(dv.sampling_accept(*args, backend=self.backend))
 
     def mixed_accept(self, inputs: VerifyInputs) -> AcceptResult:
-        return _accept(dv.mixed_accept(inputs.candidates, inputs.target_logits, _target(inputs), inputs.draft_probs,
-                                       inputs.coins, inputs.resample_noise, inputs.greedy_mask, inputs.verify_lens))
+        args = self._on_device(inputs.candidates, inputs.target_logits, _target(inputs), inputs.draft_probs,
+                               inputs.coins, inputs.resample_noise, inputs.greedy_mask, inputs.verify_lens)
+        return self._accept(dv.mixed_accept(*args, backend=self.backend))
 
     def finalize(self, inputs: VerifyInputs, accept: AcceptResult) -> CommitResult:
-        out = dv.finalize(inputs.prefix_lens, inputs.drafts, dv.AcceptOut(accept.correct_len, accept.bonus, accept.cap_trim))
+        prefix, drafts, correct, bonus, trim = self._on_device(inputs.prefix_lens, inputs.drafts, accept.correct_len,
+                                                               accept.bonus, accept.cap_trim)
+        out = _move(dv.finalize(prefix, drafts, dv.AcceptOut(correct, bonus, trim), backend=self.backend), CPU)
         return CommitResult(out.commit_len, out.new_seq_lens, out.out_tokens)
 
     def sample_block(self, inputs: VerifyInputs, seed: int) -> AcceptResult:

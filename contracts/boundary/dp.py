@@ -5,21 +5,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Protocol, Tuple
 
-# Fields a fill may write, under SGLang 0.5.23's names.
+# What a fill may write, under engine-neutral names (an adapter maps its engine's fields onto them):
+# per DP rank, the raw request counts and the token counts (host and device copies, also for logprobs); this
+# rank's non-padded token count and the global one (host int, device scalar); the graph and batch flags.
 COUNT_FIELDS = (
-    "original_global_num_tokens_cpu",
-    "global_num_tokens_cpu",
-    "global_num_tokens_gpu",
-    "global_num_tokens_for_logprob_cpu",
-    "global_num_tokens_for_logprob_gpu",
+    "rank_request_counts",
+    "rank_token_counts",
+    "rank_token_counts_device",
+    "rank_logprob_token_counts",
+    "rank_logprob_token_counts_device",
 )
 NON_PADDED_FIELDS = (
-    "num_token_non_padded",
-    "num_token_non_padded_cpu",
-    "global_num_token_non_padded",
-    "global_num_token_non_padded_cpu",
+    "non_padded_tokens_device",
+    "non_padded_tokens",
+    "global_non_padded_tokens_device",
+    "global_non_padded_tokens",
 )
-FLAG_FIELDS = ("can_run_decode_cuda_graph", "is_extend_in_batch", "dp_spec_prefill_coordination_applied")
+FLAG_FIELDS = ("graph_replay_allowed", "extend_in_batch", "prefill_coordination_applied")
 ALL_FIELDS = COUNT_FIELDS + NON_PADDED_FIELDS + FLAG_FIELDS
 
 
@@ -28,13 +30,13 @@ class DpSyncCase:
     bs: int  # local requests (0 = DP-idle rank)
     gamma: int  # draft tokens per block
     sample_from_anchor: bool  # the anchor query row samples too (SGLang's default)
-    global_num_tokens: Optional[Tuple[int, ...]]  # per-rank request counts (token counts if coordination applied)
-    global_num_tokens_for_logprob: Optional[Tuple[int, ...]]
-    dp_moe_sync: bool  # MoE draft under DP attention
-    coordination_applied: bool
-    enable_num_token_non_padded: bool
-    can_run_decode_cuda_graph: bool
-    is_extend_in_batch: bool
+    rank_counts: Optional[Tuple[int, ...]]  # per-rank request counts (token counts if coordination applied)
+    rank_logprob_counts: Optional[Tuple[int, ...]]
+    moe_dp_sync: bool  # MoE draft under DP attention: its counts are synced across DP ranks
+    prefill_coordination_applied: bool  # the prefill/decode coordination already wrote token counts
+    device_non_padded_count: bool  # the engine keeps the non-padded count as a device scalar too
+    graph_replay_allowed: bool  # the batch may replay a captured decode graph
+    extend_in_batch: bool  # some DP rank runs an extend (prefill) batch
 
     @property
     def draft_width(self) -> int:
@@ -53,7 +55,7 @@ class ScalingCase:
 @dataclass(frozen=True)
 class LocalTokensCase:
     global_count: int  # a DP rank's non-padded tokens
-    num_tokens_per_dp: int  # its width as the DP sync padded it: a multiple of the attention-TP size
+    rank_width: int  # its token width as the DP sync padded it: a multiple of the attention-TP size
     attn_tp_size: int
 
 
@@ -61,7 +63,7 @@ class LocalTokensCase:
 class DpSyncObservation:
     before: dict  # field -> value (tensors cloned) right before the call
     after: dict
-    input_ids_numel: int
+    num_tokens: int  # tokens in the draft forward batch the engine built
     built: bool = True  # False: the engine built no draft forward batch (an idle rank with nothing to sync)
 
 

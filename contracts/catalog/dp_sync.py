@@ -1,8 +1,8 @@
 """Draft DP/MoE sync metadata and count scaling (SGLang 0.5.23 contracts B1-B6, C1-C2).
 
-Seed bug: the DSpark draft ForwardBatch lacked `original_global_num_tokens_cpu`
-(raw per-rank request counts, read by CUDA-graph admission) and the non-padded
-counts, so startup under DP attention crashed.
+Field names are the DP level's engine-neutral ones (`contracts.boundary.dp`); each adapter maps its engine's
+fields onto them. Seed bug: the DSpark draft forward batch lacked the raw per-rank request counts (read by
+CUDA-graph admission) and the non-padded counts, so startup under DP attention crashed.
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ from contracts.protocol import DP_METADATA
 from contracts.registry import contract
 from contracts.strategies.dp import SEED_CASE, dp_sync_cases, local_tokens_cases, scaling_cases
 
-SCALED = lambda: dp_sync_cases(dp_moe_sync=True, coordination=False, counts_present=True)  # noqa: E731
-COORDINATED = lambda: dp_sync_cases(dp_moe_sync=True, coordination=True, counts_present=True)  # noqa: E731
-SEED_COORDINATED = dataclasses.replace(SEED_CASE, coordination_applied=True, global_num_tokens=(0, 18, 12, 6),
-                                       global_num_tokens_for_logprob=(0, 18, 12, 6), can_run_decode_cuda_graph=False,
-                                       is_extend_in_batch=True)
+SCALED = lambda: dp_sync_cases(moe_dp_sync=True, coordination=False, counts_present=True)  # noqa: E731
+COORDINATED = lambda: dp_sync_cases(moe_dp_sync=True, coordination=True, counts_present=True)  # noqa: E731
+SEED_COORDINATED = dataclasses.replace(SEED_CASE, prefill_coordination_applied=True, rank_counts=(0, 18, 12, 6),
+                                       rank_logprob_counts=(0, 18, 12, 6), graph_replay_allowed=False,
+                                       extend_in_batch=True)
 
 
 def _syncs(case) -> bool:
-    return case.dp_moe_sync and case.global_num_tokens is not None
+    return case.moe_dp_sync and case.rank_counts is not None
 
 
 def _fill(engine, case):
@@ -38,67 +38,69 @@ def _fill(engine, case):
 
 
 def _counts_written(what: str, after: dict, counts, logprob_counts) -> None:
-    expect_equal(f"{what}global_num_tokens_cpu", list(counts), after["global_num_tokens_cpu"])
-    expect_equal(f"{what}global_num_tokens_for_logprob_cpu", list(logprob_counts), after["global_num_tokens_for_logprob_cpu"])
-    for field, values in (("global_num_tokens_gpu", counts), ("global_num_tokens_for_logprob_gpu", logprob_counts)):
+    expect_equal(f"{what}rank_token_counts", list(counts), after["rank_token_counts"])
+    expect_equal(f"{what}rank_logprob_token_counts", list(logprob_counts), after["rank_logprob_token_counts"])
+    for field, values in (("rank_token_counts_device", counts), ("rank_logprob_token_counts_device", logprob_counts)):
         expect(isinstance(after[field], torch.Tensor), f"{what}{field}", "a tensor", after[field])
         expect_dtype(f"{what}{field}", torch.int64, after[field])
         expect_values(f"{what}{field} (device copy)", list(values), after[field])
 
 
-@contract("DPSYNC-001", "original_global_num_tokens_cpu holds the unscaled per-rank request counts",
+@contract("DPSYNC-001", "the per-rank request counts (rank_request_counts) are written unscaled",
           requires={DP_METADATA}, cases=SCALED, examples=(SEED_CASE,))
 def original_counts_unscaled(engine, case):
     after = _fill(engine, case).after
-    expect_equal("original_global_num_tokens_cpu", list(case.global_num_tokens), after["original_global_num_tokens_cpu"])
+    expect_equal("rank_request_counts", list(case.rank_counts), after["rank_request_counts"])
 
 
-@contract("DPSYNC-002", "global token counts are the per-rank counts x draft width Q; CPU and device copies agree",
+@contract("DPSYNC-002", "the per-rank token counts are the request counts x draft width Q; host and device copies agree",
           requires={DP_METADATA}, cases=SCALED, examples=(SEED_CASE,))
 def counts_scaled_by_width(engine, case):
     after = _fill(engine, case).after
     q = case.draft_width
-    _counts_written("", after, [c * q for c in case.global_num_tokens], [c * q for c in case.global_num_tokens_for_logprob])
+    _counts_written("", after, [c * q for c in case.rank_counts], [c * q for c in case.rank_logprob_counts])
 
 
 @contract("DPSYNC-003", "with prefill coordination applied the counts are copied unscaled (never scaled twice)",
           requires={DP_METADATA}, cases=COORDINATED, examples=(SEED_COORDINATED,))
 def coordinated_counts_not_rescaled(engine, case):
     after = _fill(engine, case).after
-    _counts_written("", after, case.global_num_tokens, case.global_num_tokens_for_logprob)
-    expect_equal("original_global_num_tokens_cpu", list(case.global_num_tokens), after["original_global_num_tokens_cpu"])
+    _counts_written("", after, case.rank_counts, case.rank_logprob_counts)
+    expect_equal("rank_request_counts", list(case.rank_counts), after["rank_request_counts"])
 
 
-@contract("DPSYNC-004", "the non-padded count equals input_ids.numel() = bs*Q: a host int always, an int32 device scalar when enabled",
+@contract("DPSYNC-004", "the non-padded count equals the draft batch's token count bs*Q: a host int always, an int32 device "
+          "scalar when enabled",
           requires={DP_METADATA}, cases=dp_sync_cases, examples=(SEED_CASE,))
 def non_padded_count(engine, case):
     obs = _fill(engine, case)
     if not obs.built:
         return
     n = case.bs * case.draft_width
-    expect_equal("input_ids.numel()", n, obs.input_ids_numel)
+    expect_equal("draft batch tokens", n, obs.num_tokens)
     after = obs.after
-    host = after["num_token_non_padded_cpu"]
-    expect(isinstance(host, int) and not isinstance(host, bool), "num_token_non_padded_cpu", "a host int", type(host).__name__)
-    expect_equal("num_token_non_padded_cpu", n, host)
-    fields = ["num_token_non_padded"] + (["global_num_token_non_padded"] if _syncs(case) else [])
+    host = after["non_padded_tokens"]
+    expect(isinstance(host, int) and not isinstance(host, bool), "non_padded_tokens", "a host int", type(host).__name__)
+    expect_equal("non_padded_tokens", n, host)
+    fields = ["non_padded_tokens_device"] + (["global_non_padded_tokens_device"] if _syncs(case) else [])
     if _syncs(case):
-        expect_equal("global_num_token_non_padded_cpu", n, after["global_num_token_non_padded_cpu"])
-    for field in fields if case.enable_num_token_non_padded else ():
+        expect_equal("global_non_padded_tokens", n, after["global_non_padded_tokens"])
+    for field in fields if case.device_non_padded_count else ():
         value = after[field]
         expect(isinstance(value, torch.Tensor) and value.numel() == 1, field, "a one-element device tensor", value)
         expect_dtype(field, torch.int32, value)
         expect_equal(field, n, int(value.reshape(())))
 
 
-@contract("DPSYNC-005", "the graph flags (can_run_decode_cuda_graph, is_extend_in_batch, coordination) pass through on every branch",
+@contract("DPSYNC-005", "the graph and batch flags (graph_replay_allowed, extend_in_batch, prefill_coordination_applied) pass "
+          "through on every branch",
           requires={DP_METADATA}, cases=dp_sync_cases, examples=(SEED_CASE, SEED_COORDINATED))
 def flags_pass_through(engine, case):
     obs = _fill(engine, case)
     if not obs.built:
         return
     after = obs.after
-    expected = dict(zip(FLAG_FIELDS, (case.can_run_decode_cuda_graph, case.is_extend_in_batch, case.coordination_applied)))
+    expected = dict(zip(FLAG_FIELDS, (case.graph_replay_allowed, case.extend_in_batch, case.prefill_coordination_applied)))
     for field, value in expected.items():
         expect_equal(field, value, after[field])
 
@@ -107,21 +109,21 @@ def flags_pass_through(engine, case):
           requires={DP_METADATA}, cases=lambda: dp_sync_cases().filter(lambda c: not _syncs(c)))
 def early_return_writes_nothing(engine, case):
     obs = _fill(engine, case)
-    for field in COUNT_FIELDS + ("global_num_token_non_padded", "global_num_token_non_padded_cpu") if obs.built else ():
+    for field in COUNT_FIELDS + ("global_non_padded_tokens_device", "global_non_padded_tokens") if obs.built else ():
         expect_equal(field, obs.before[field], obs.after[field])
 
 
-@contract("DPSYNC-007", "the proposer's fill and init_mlp_sync_metadata write the same DP count fields on the same inputs",
-          requires={DP_METADATA}, cases=lambda: dp_sync_cases(dp_moe_sync=True, counts_present=True),
+@contract("DPSYNC-007", "the proposer's fill and the engine's generic DP sync fill write the same DP count fields on the same inputs",
+          requires={DP_METADATA}, cases=lambda: dp_sync_cases(moe_dp_sync=True, counts_present=True),
           examples=(SEED_CASE, SEED_COORDINATED))
 def fill_agrees_with_init_mlp_sync(engine, case):
     fill = _fill(engine, case).after
     generic = engine.init_mlp_sync_metadata(case).after
     for field in COUNT_FIELDS:
-        expect_equal(f"{field} (fill vs init_mlp_sync_metadata)", generic[field], fill[field])
+        expect_equal(f"{field} (proposer fill vs generic fill)", generic[field], fill[field])
 
 
-@contract("SCALE-001", "spec_scale_global_num_tokens multiplies each rank's count by the width, so it preserves length, "
+@contract("SCALE-001", "the count scaling multiplies each rank's count by the width, so it preserves length, "
           "order and zeros and is linear",
           requires={DP_METADATA}, cases=scaling_cases)
 def scaling_is_elementwise(engine, case):
@@ -135,10 +137,10 @@ def scaling_is_elementwise(engine, case):
           "counts add up to the global count", requires={DP_METADATA}, cases=local_tokens_cases)
 def local_counts_add_up(engine, case):
     local = list(engine.local_num_token_non_padded(case))
-    chunk = case.num_tokens_per_dp // case.attn_tp_size
+    chunk = case.rank_width // case.attn_tp_size
     expect_equal(f"local counts ({case.attn_tp_size} ranks)", case.attn_tp_size, len(local))
     expect(all(0 <= n <= chunk for n in local), "local counts", f"each in [0, {chunk}]", local)
     expect(all(a >= b for a, b in zip(local, local[1:])) and all(a == chunk for a, b in zip(local, local[1:]) if b),
            "local counts", "full ranks first, then the partial one, then empty ones", local)
-    expect_equal(f"sum of local counts (global {case.global_count}, width {case.num_tokens_per_dp})", case.global_count,
+    expect_equal(f"sum of local counts (global {case.global_count}, width {case.rank_width})", case.global_count,
                  sum(local))

@@ -6,10 +6,10 @@ from contracts.boundary.dp import DpSyncCase, LocalTokensCase, ScalingCase
 
 # Seed example from the historical DP-attention startup crash: Q=6, counts [1,3,0,2],
 # the local rank holds 1 request, so 6 draft tokens are not padding.
-SEED_CASE = DpSyncCase(bs=1, gamma=6, sample_from_anchor=True, global_num_tokens=(1, 3, 0, 2),
-                       global_num_tokens_for_logprob=(1, 3, 0, 2),
-                       dp_moe_sync=True, coordination_applied=False, enable_num_token_non_padded=True,
-                       can_run_decode_cuda_graph=True, is_extend_in_batch=False)
+SEED_CASE = DpSyncCase(bs=1, gamma=6, sample_from_anchor=True, rank_counts=(1, 3, 0, 2),
+                       rank_logprob_counts=(1, 3, 0, 2),
+                       moe_dp_sync=True, prefill_coordination_applied=False, device_non_padded_count=True,
+                       graph_replay_allowed=True, extend_in_batch=False)
 
 counts = st.integers(0, 512) | st.just(0)  # idle ranks are common, so zeros get their own branch
 
@@ -23,14 +23,14 @@ def rank_counts(draw, n_ranks: int, *, local: int | None = None):
 
 
 @st.composite
-def dp_sync_cases(draw, *, dp_moe_sync=None, coordination=None, counts_present=None) -> DpSyncCase:
+def dp_sync_cases(draw, *, moe_dp_sync=None, coordination=None, counts_present=None) -> DpSyncCase:
     """1..16 DP ranks, per-rank counts 0..512 with zeros, gamma 1..16 with or without the anchor row, bs 0..64."""
     bs = draw(st.integers(0, 64), label="bs")
     gamma = draw(st.integers(1, 16), label="gamma")
     sample_from_anchor = draw(st.booleans(), label="sample_from_anchor")
     width = gamma if sample_from_anchor else gamma + 1
     n_ranks = draw(st.integers(1, 16), label="dp_size")
-    applied = draw(st.booleans(), label="coordination_applied") if coordination is None else coordination
+    applied = draw(st.booleans(), label="prefill_coordination_applied") if coordination is None else coordination
     present = draw(st.booleans(), label="counts_present") if counts_present is None else counts_present
     gnt = lp = None
     if present:
@@ -41,13 +41,13 @@ def dp_sync_cases(draw, *, dp_moe_sync=None, coordination=None, counts_present=N
         bs=bs,
         gamma=gamma,
         sample_from_anchor=sample_from_anchor,
-        global_num_tokens=gnt,
-        global_num_tokens_for_logprob=lp,
-        dp_moe_sync=draw(st.booleans(), label="dp_moe_sync") if dp_moe_sync is None else dp_moe_sync,
-        coordination_applied=applied,
-        enable_num_token_non_padded=draw(st.booleans(), label="enable_num_token_non_padded"),
-        can_run_decode_cuda_graph=draw(st.booleans(), label="can_run_decode_cuda_graph"),
-        is_extend_in_batch=draw(st.booleans(), label="is_extend_in_batch"),
+        rank_counts=gnt,
+        rank_logprob_counts=lp,
+        moe_dp_sync=draw(st.booleans(), label="moe_dp_sync") if moe_dp_sync is None else moe_dp_sync,
+        prefill_coordination_applied=applied,
+        device_non_padded_count=draw(st.booleans(), label="device_non_padded_count"),
+        graph_replay_allowed=draw(st.booleans(), label="graph_replay_allowed"),
+        extend_in_batch=draw(st.booleans(), label="extend_in_batch"),
     )
 
 

@@ -11,9 +11,25 @@ from dspark.dspark_draft import DraftBlockProposer
 from dspark.schedule_batch import Req, ReqToTokenPool, ScheduleBatch
 from dspark.spec_info import SpecInput
 
+# The DP level's neutral names (contracts.boundary.dp) -> the reference ForwardBatch's attributes (SGLang's names).
+FIELD_NAMES = {
+    "rank_request_counts": "original_global_num_tokens_cpu",
+    "rank_token_counts": "global_num_tokens_cpu",
+    "rank_token_counts_device": "global_num_tokens_gpu",
+    "rank_logprob_token_counts": "global_num_tokens_for_logprob_cpu",
+    "rank_logprob_token_counts_device": "global_num_tokens_for_logprob_gpu",
+    "non_padded_tokens_device": "num_token_non_padded",
+    "non_padded_tokens": "num_token_non_padded_cpu",
+    "global_non_padded_tokens_device": "global_num_token_non_padded",
+    "global_non_padded_tokens": "global_num_token_non_padded_cpu",
+    "graph_replay_allowed": "can_run_decode_cuda_graph",
+    "extend_in_batch": "is_extend_in_batch",
+    "prefill_coordination_applied": "dp_spec_prefill_coordination_applied",
+}
+
 
 def _fields(fb) -> dict:
-    return {f: copy.deepcopy(getattr(fb, f)) for f in ALL_FIELDS}
+    return {f: copy.deepcopy(getattr(fb, FIELD_NAMES[f])) for f in ALL_FIELDS}
 
 
 class _Widths(SpecInput):
@@ -26,20 +42,20 @@ class ReferenceDpMetadata:
         proposer = DraftBlockProposer(
             case.gamma,
             sample_from_anchor=case.sample_from_anchor,
-            draft_is_moe=case.dp_moe_sync,
-            attn_dp_enabled=case.dp_moe_sync,
-            enable_num_token_non_padded=case.enable_num_token_non_padded,
+            draft_is_moe=case.moe_dp_sync,
+            attn_dp_enabled=case.moe_dp_sync,
+            enable_num_token_non_padded=case.device_non_padded_count,
         )
         pool = ReqToTokenPool(max(case.bs, 1), 64)
         reqs = [Req(rid=i, origin_input_ids=[0], output_ids=[1], req_pool_idx=i, kv_committed_len=1) for i in range(case.bs)]
         batch = ScheduleBatch.prebuilt(reqs, pool, speculative_num_draft_tokens=case.gamma + 1)
         batch.spec_info = DraftInput(bonus_tokens=torch.ones(case.bs, dtype=torch.int64), new_seq_lens=batch.seq_lens.clone())
         lists = lambda v: None if v is None else list(v)  # noqa: E731
-        batch.global_num_tokens = lists(case.global_num_tokens)
-        batch.global_num_tokens_for_logprob = lists(case.global_num_tokens_for_logprob)
-        batch.dp_spec_prefill_coordination_applied = case.coordination_applied
-        batch.can_run_decode_cuda_graph = case.can_run_decode_cuda_graph
-        batch.is_extend_in_batch = case.is_extend_in_batch
+        batch.global_num_tokens = lists(case.rank_counts)
+        batch.global_num_tokens_for_logprob = lists(case.rank_logprob_counts)
+        batch.dp_spec_prefill_coordination_applied = case.prefill_coordination_applied
+        batch.can_run_decode_cuda_graph = case.graph_replay_allowed
+        batch.is_extend_in_batch = case.extend_in_batch
         return proposer, batch
 
     def _observe(self, case: DpSyncCase, fill) -> DpSyncObservation:
@@ -47,7 +63,7 @@ class ReferenceDpMetadata:
         fb = proposer.new_draft_forward_batch(batch)
         before = _fields(fb)
         fill(proposer, fb, batch)
-        return DpSyncObservation(before=before, after=_fields(fb), input_ids_numel=int(fb.input_ids.numel()))
+        return DpSyncObservation(before=before, after=_fields(fb), num_tokens=int(fb.input_ids.numel()))
 
     def fill_draft_dp_metadata(self, case: DpSyncCase) -> DpSyncObservation:
         return self._observe(case, lambda proposer, fb, batch: proposer._fill_dp_moe_sync_metadata(fb, batch))
@@ -59,5 +75,5 @@ class ReferenceDpMetadata:
         return spec_info.spec_scale_global_num_tokens(_Widths(width, logprob_width), list(counts), list(logprob_counts))
 
     def local_num_token_non_padded(self, case):
-        return [forward_batch_info.local_num_token_non_padded(case.global_count, case.num_tokens_per_dp, case.attn_tp_size, r)
+        return [forward_batch_info.local_num_token_non_padded(case.global_count, case.rank_width, case.attn_tp_size, r)
                 for r in range(case.attn_tp_size)]

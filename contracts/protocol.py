@@ -24,10 +24,14 @@ VERIFY_DISTRIBUTIONS = "verify.distributions"  # the target / draft laws the sam
 # this out, and is held to the same laws exactly where its arithmetic allows and by the Monte-Carlo gate otherwise.
 VERIFY_FLOAT64 = "verify.float64"
 VERIFY_CHAIN = "verify.chain-sampling"  # sampled verify is chain (token-by-token) rejection sampling, not block verification
+# The engine sees every gamma draft of a row and counts in cap_trim the drafts past the verify cap that would have been
+# accepted (DSpark's ragged layout). An engine that schedules only L-1 drafts (vLLM) never sees them and reports 0.
+VERIFY_CAP_TRIM = "verify.cap-trim"
 PLANNER = "planner"
 PLANNER_MIN_VERIFY_LEN = "planner.min-verify-len"  # schedule_verify_lens honours min_verify_len != 1
 PLANNER_EMPTY_BATCH = "planner.empty-batch"  # layout helpers accept bs == 0
 STEP = "step"
+STEP_LAWS = "step.laws"  # per step, the laws each sampled row's accept read and the draws its drafts came from
 RANKS = "ranks"
 RANKS_TP = "ranks.tp-sync"  # a tensor-parallel group's verify on real rank processes, with the engine's own sync
 KV = "kv"  # what a decode step reserves in the KV cache, and who writes the allocation lengths
@@ -66,6 +70,7 @@ CAPABILITIES: Mapping[str, Capability] = {
     VERIFY_DISTRIBUTIONS: Capability("contracts.boundary.verify:VerifyLevel", ("accept_distributions",)),
     VERIFY_FLOAT64: Capability(None),
     VERIFY_CHAIN: Capability(None),
+    VERIFY_CAP_TRIM: Capability(None),
     PLANNER: Capability("contracts.boundary.engine:PlannerLevel", (
         "new_sps_table", "sps_lookup", "verify_token_budget", "schedule_verify_lens", "compact_layout",
         "pad_verify_lens_to_bucket", "plan_layout")),
@@ -73,6 +78,7 @@ CAPABILITIES: Mapping[str, Capability] = {
     PLANNER_EMPTY_BATCH: Capability(None),
     STEP: Capability("contracts.boundary.engine:StepLevel", (
         "new_engine", "add_requests", "step", "abort", "set_overlap", "request_views", "target_next_logits")),
+    STEP_LAWS: Capability("contracts.boundary.engine:StepLawsLevel", ("step_laws",)),
     RANKS: Capability("contracts.boundary.ranks:RanksLevel", ("run_rank_scenario",)),
     RANKS_TP: Capability("contracts.boundary.ranks:TpRanksLevel", ("run_tp_scenario",)),
     KV: Capability("contracts.boundary.kv:KvLevel", ("kv_admission_limit", "kv_page_sizes", "run_kv_steps")),

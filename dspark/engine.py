@@ -26,7 +26,7 @@ import torch
 from dspark import _validate, disaggregation, planner, sampling, verify
 from dspark.draft_input import DraftInput
 from dspark.dspark_draft import DraftBlockProposer
-from dspark.engine_types import PrefillHandoff, Request, RequestState, SamplingParams, StepRecord
+from dspark.engine_types import PrefillHandoff, Request, RequestState, SamplingParams, StepLaws, StepRecord
 from dspark.graph_buckets import capture_num_tokens, pad_to_bucket
 from dspark.overlap_utils import FutureMap, RelayPayload
 from dspark.schedule_batch import Req, ReqToTokenPool, ScheduleBatch
@@ -119,6 +119,7 @@ class DSparkEngine:
         self.rows: List[RequestState] = []  # live requests in batch order
         self.done: Dict[int, RequestState] = {}
         self.records: List[StepRecord] = []
+        self.last_laws: List[StepLaws] = []  # the sampled rows of the last step
 
     # ---- requests ------------------------------------------------------------
 
@@ -350,14 +351,15 @@ class DSparkEngine:
         return layout.scatter(pad(logits), 0.0), layout.scatter(pad(hidden), 0.0), total, graph_tokens
 
     def _accept(self, cand, logits, proposal, lens, temps, coins, resample):
+        """The accept result, and the target and draft laws it read (None for an all-greedy batch)."""
         params = [st.params for st in self.rows]
         greedy = torch.tensor([p.is_greedy for p in params])
         backend = self.config.verify_backend
         if bool(greedy.all()):
-            return verify.greedy_accept(cand, logits, lens, backend=backend)
+            return verify.greedy_accept(cand, logits, lens, backend=backend), None, None
         p = self._target_probs(logits, temps, params)
         q = self._target_probs(proposal.step_logits, temps, [SamplingParams()] * len(params))
-        return verify.mixed_accept(cand, logits, p, q, coins, resample, greedy, lens, backend=backend)
+        return verify.mixed_accept(cand, logits, p, q, coins, resample, greedy, lens, backend=backend), p, q
 
     def _truncate(self, st: RequestState, emitted: list) -> bool:
         """Append what fits before EOS / max_new_tokens; True when the request is done."""
@@ -420,8 +422,12 @@ class DSparkEngine:
         lens, budget, planned = self.plan_verify_lens(proposal, fresh)
         cand = torch.cat([anchors[:, None], proposal.draft_tokens], dim=1)
         logits, hidden, target_tokens, graph_tokens = self._verify_forward(cand, lens)
-        acc = self._accept(cand, logits, proposal, lens, temps, coins, resample)
+        acc, p, q = self._accept(cand, logits, proposal, lens, temps, coins, resample)
         fin = verify.finalize(seq_lens, proposal.draft_tokens, acc, backend=self.config.verify_backend)
+        # What each sampled row's accept read, and what its drafts were drawn with (observability for contracts).
+        self.last_laws = [] if p is None else [
+            StepLaws(st.rid, tuple(st.cache_tokens), cand[i].tolist(), st.params, p[i], q[i], proposal.step_logits[i],
+                     float(temps[i]), gumbel[i]) for i, st in enumerate(rows) if not st.params.is_greedy]
 
         emitted, leaving = [], []
         for i, st in enumerate(rows):

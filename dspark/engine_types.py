@@ -67,6 +67,21 @@ class PrefillHandoff:
 
 
 @dataclass
+class StepLaws:
+    """One sampled request's laws in a step: the target and draft laws its accept read, and the drafter's draw."""
+
+    rid: int
+    context: tuple  # the committed tokens before the anchor (the target cache)
+    candidates: list  # [T] the anchor, then the drafts
+    params: "SamplingParams"
+    target_probs: torch.Tensor  # [T, V]
+    draft_probs: torch.Tensor  # [gamma, V]
+    draft_logits: torch.Tensor  # [gamma, V] the drafter's logits for each slot
+    draft_temperature: float
+    draft_noise: torch.Tensor  # [gamma, V] Gumbel noise: draft k = argmax(draft_logits[k] / T + draft_noise[k])
+
+
+@dataclass
 class StepRecord:
     step: int
     rids: list

@@ -180,6 +180,27 @@ class StepLevel(Protocol):
     def target_next_logits(self, handle, sequence) -> torch.Tensor: ...  # the engine's target model, one call
 
 
+@dataclass
+class StepLaws:
+    """One sampled request in the last step: the laws its accept read, and how its drafts were drawn."""
+
+    rid: int
+    context: tuple  # the committed tokens before the step's anchor
+    candidates: list  # [T]: the anchor, then the drafts
+    temperature: float
+    top_k: int
+    top_p: float
+    target_probs: torch.Tensor  # [T, V]: the target law the accept read at each column
+    draft_probs: torch.Tensor  # [gamma, V]: the draft law the accept scored each draft with
+    draft_logits: torch.Tensor  # [gamma, V]: the drafter's logits for each slot
+    draft_temperature: float
+    draft_noise: torch.Tensor  # [gamma, V]: Gumbel noise, draft k = argmax(draft_logits[k] / T + draft_noise[k])
+
+
+class StepLawsLevel(Protocol):
+    def step_laws(self, handle) -> list: ...  # StepLaws of the last step's sampled rows
+
+
 @dataclass(frozen=True)
 class LoopCase:
     """An engine configuration and the requests it serves (for whole-run contracts)."""

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import torch
+
 from contracts import oracle, stats
 from contracts.boundary.engine import EngineSpec, LoopCase, RequestSpec
 from contracts.checks import expect, expect_equal
 from contracts.machine import run_decode_loop, single_thread
-from contracts.protocol import STEP
+from contracts.protocol import STEP, STEP_LAWS
 from contracts.registry import contract
-from contracts.strategies.engine import loop_cases
+from contracts.strategies.engine import law_cases, loop_cases
 
 MACHINE_EXAMPLES, MACHINE_STEPS = 40, 10
 MAX_STEPS = 200  # a whole generation never needs more (max_new_tokens <= 10 per request)
@@ -78,6 +80,74 @@ def batch_invariance(engine, case: LoopCase):
     for r in case.requests:
         expect_equal(f"request {r.rid} tokens (batched, reversed, overlap={flipped.enable_overlap}, PD) vs alone",
                      alone[r.rid], together[r.rid])
+
+
+LAW_TOL = 1e-9  # float64 laws; the engine and the oracle round differently
+
+
+@contract("LOOP-006", "exact, every step: for each sampled row, the target law its accept reads at each verified column is "
+          "the request's own sampling law (softmax(logits/T), then top-k, then top-p) of the target's logits after the "
+          "committed tokens and the candidates before the column, from the independent float64 oracle; each draft is "
+          "the Gumbel-max draw argmax(logits/T + noise) from the drafter's logits, and the draft law the accept scores "
+          "it with is softmax(logits/T), the law it was drawn from", requires={STEP, STEP_LAWS}, cases=law_cases,
+          max_examples=30)
+def verify_reads_the_sampled_laws(engine, case: LoopCase):
+    handle = engine.new_engine(case.spec)
+    engine.add_requests(handle, list(case.requests), "pd")
+    for step in range(MACHINE_STEPS):
+        if not any(v.live for v in engine.request_views(handle)):
+            return
+        view = engine.step(handle)
+        lens = dict(zip(view.rids, view.verify_lens))
+        for law in engine.step_laws(handle):
+            where = f"step {step} request {law.rid}"
+            for j in range(lens[law.rid]):
+                logits = engine.target_next_logits(handle, list(law.context) + list(law.candidates[: j + 1]))
+                want = oracle.sampling_law(logits, law.temperature, law.top_k, law.top_p)
+                err = float((law.target_probs[j].to(torch.float64) - want).abs().max())
+                expect(err <= LAW_TOL, f"{where}: target law at column {j} (T={law.temperature}, top_k={law.top_k}, "
+                       f"top_p={law.top_p})", [round(x, 9) for x in want.tolist()],
+                       f"{[round(x, 9) for x in law.target_probs[j].tolist()]} (max error {err:.3g})")
+            logits = law.draft_logits.to(torch.float64) / law.draft_temperature
+            drawn = torch.argmax(logits + law.draft_noise.to(torch.float64), dim=-1).tolist()
+            expect_equal(f"{where}: drafts vs argmax(draft logits / T + noise)", drawn, list(law.candidates[1:]))
+            want_q = torch.softmax(logits, dim=-1)
+            err = float((law.draft_probs.to(torch.float64) - want_q).abs().max())
+            expect(err <= LAW_TOL, f"{where}: draft law the accept scores with", "softmax(draft logits / T), the law "
+                   "the drafts were drawn from", f"max error {err:.3g} (draft probs {law.draft_probs.tolist()})")
+
+
+@contract("LOOP-007", "liveness after a PD handoff: with an oracle drafter (every draft is the target's own greedy token) "
+          "and greedy rows, every static-mode step commits gamma+1 tokens per request (or all it has left), and the "
+          "planned steps of the other modes (min_verify_len 1, no forced fraction) commit more than one on average, so speculation "
+          "never silently falls back to plain decoding", requires={STEP}, cases=lambda: loop_cases().map(_oracle_greedy),
+          max_examples=30)
+def speculation_stays_alive(engine, case: LoopCase):
+    handle = engine.new_engine(case.spec)
+    engine.add_requests(handle, list(case.requests), "pd")
+    left = {r.rid: r.max_new_tokens - 1 for r in case.requests}  # the prefill side sampled the first token
+    planned_commits, T = [], case.spec.gamma + 1
+    for step in range(MAX_STEPS):
+        if not any(v.live for v in engine.request_views(handle)):
+            break
+        view = engine.step(handle)
+        for rid, c, planned in zip(view.rids, view.commit_lens, view.planned):
+            if not planned:
+                expect_equal(f"step {step} request {rid}: tokens committed ({left[rid]} to go)", min(T, left[rid]),
+                             min(c, left[rid]))
+            elif left[rid] > 1:
+                planned_commits.append(c)
+            left[rid] -= min(c, left[rid])
+    if planned_commits:
+        mean = sum(planned_commits) / len(planned_commits)
+        expect(mean > 1, "mean tokens committed per planned step with tokens to go", "> 1 (drafts accepted)",
+               f"{mean:.3g} over {len(planned_commits)} request-steps")
+
+
+def _oracle_greedy(case: LoopCase) -> LoopCase:
+    reqs = tuple(replace(r, temperature=0.0, top_k=0, eos_id=None, max_new_tokens=max(r.max_new_tokens, 4))
+                 for r in case.requests)
+    return LoopCase(replace(case.spec, drafter="oracle", force_budget_frac=None, min_verify_len=1), reqs)
 
 
 # ---- distribution ------------------------------------------------------------------

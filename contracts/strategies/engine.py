@@ -109,7 +109,7 @@ def engine_specs(draw, *, verify_mode=None, overlap=None) -> EngineSpec:
                label="sps")
     return EngineSpec(
         vocab_size=draw(st.sampled_from([5, 8]), label="vocab_size"),
-        gamma=draw(st.integers(1, 4), label="gamma"),
+        gamma=draw(st.integers(1, 8), label="gamma"),
         drafter=draw(st.sampled_from(DRAFTERS), label="drafter"),
         verify_mode=mode,
         force_budget_frac=draw(st.sampled_from([None, None, 0.25, 0.5, 1.0]), label="force_budget_frac"),
@@ -136,7 +136,7 @@ def _machine_spec_list() -> list:
         for j in range(2):
             k = 2 * i + j
             specs.append(EngineSpec(
-                vocab_size=(5, 8)[k % 2], gamma=1 + k % 4, drafter=drafter, verify_mode=mode,
+                vocab_size=(5, 8)[k % 2], gamma=(1, 2, 4, 7, 3, 8, 5, 6)[k % 8], drafter=drafter, verify_mode=mode,
                 force_budget_frac=fracs[(k // 2) % 4], sps=tables[k % 3], min_verify_len=(1, 0)[(k // 3) % 2],
                 enable_overlap=overlap, sample_from_anchor=(k // 5) % 2 == 0, seed=k % 3, model_seed=k % 4,
                 capture_bs=(None, (1, 2, 4, 8))[(k // 7) % 2]))
@@ -193,3 +193,19 @@ def loop_cases(draw, *, verify_mode=None, max_requests=3) -> LoopCase:
     spec = draw(engine_specs(verify_mode=verify_mode), label="spec")
     n = draw(st.integers(1, max_requests), label="n_requests")
     return LoopCase(spec, tuple(draw(request_specs(i, spec.vocab_size), label=f"request {i}") for i in range(n)))
+
+
+# (temperature, top_k, top_p) of sampled requests: the target law changes with each knob.
+SAMPLED_SETTINGS = ((1.0, 0, 1.0), (0.5, 0, 1.0), (1.5, 2, 1.0), (1.0, 0, 0.8), (0.8, 3, 0.9))
+
+
+@st.composite
+def law_cases(draw, max_requests=3) -> LoopCase:
+    """Sampled requests only, each with its own temperature / top-k / top-p, on any engine configuration."""
+    spec = draw(engine_specs(), label="spec")
+    reqs = []
+    for i in range(draw(st.integers(1, max_requests), label="n_requests")):
+        prompt = draw(st.lists(st.integers(0, spec.vocab_size - 1), min_size=1, max_size=4), label=f"prompt {i}")
+        t, k, p = draw(st.sampled_from(SAMPLED_SETTINGS), label=f"settings {i}")
+        reqs.append(RequestSpec(i, tuple(prompt), t, draw(st.integers(2, 8), label=f"max_new {i}"), None, k, p))
+    return LoopCase(spec, tuple(reqs))

@@ -6,7 +6,7 @@ from typing import Optional
 
 import torch
 
-from contracts.boundary.engine import CompactView, EngineSpec, PlanCase, PlanView, RequestView, SpsSpec, StepView
+from contracts.boundary.engine import CompactView, EngineSpec, PlanCase, PlanView, RequestView, SpsSpec, StepLaws, StepView
 from dspark import engine as dspark_engine
 from dspark import planner, toy_models
 from dspark.graph_buckets import capture_num_tokens
@@ -100,6 +100,11 @@ class ReferenceEngine:
         r = handle.decode.step()
         return StepView(r.rids, r.seq_lens, r.verify_lens, r.planned, r.budget, r.correct_lens, r.cap_trim, r.commit_lens,
                         r.new_seq_lens, r.emitted, r.finished)
+
+    def step_laws(self, handle):
+        return [StepLaws(x.rid, x.context, x.candidates, x.params.temperature, x.params.top_k, x.params.top_p,
+                         x.target_probs, x.draft_probs, x.draft_logits, x.draft_temperature, x.draft_noise)
+                for x in handle.decode.last_laws]
 
     def abort(self, handle, rid):
         handle.decode.abort(rid)

@@ -1,9 +1,11 @@
-"""Decode-loop bugs: an unpredictable verify cap, a wrong resample law, off-by-one commits, a silent relay, row-keyed RNG."""
+"""Decode-loop bugs: an unpredictable verify cap, a wrong resample law, off-by-one commits, a silent relay, row-keyed RNG,
+laws the accept scores with that are not the ones sampled, and a PD decode that stops speculating."""
 
 import torch
 
-from dspark import disaggregation, verify
+from dspark import disaggregation, sampling, verify
 from dspark.engine import DSparkEngine
+from dspark.engine_types import SamplingParams
 from dspark.verify import AcceptOut, Finalized
 
 from . import Mutant
@@ -15,6 +17,8 @@ _real_finalize = verify.finalize
 _real_publish = DSparkEngine._publish
 _real_truncate = DSparkEngine._truncate
 _real_builder = disaggregation.build_dspark_disagg_draft_input
+_real_target_probs = DSparkEngine._target_probs
+_real_admit = DSparkEngine._admit
 
 
 def _look_ahead_cap(self, proposal, fresh):
@@ -96,6 +100,48 @@ def _handoff_counts_anchor(batch, last_tokens_tensor, future_map):
     return _real_builder(batch, last_tokens_tensor, future_map)
 
 
+def _draft_law_in_float32(self, logits, temps, params):
+    """The draft law scored in float32 while the drafts were drawn in float64: off by float32 rounding."""
+    probs = _real_target_probs(self, logits, temps, params)
+    if all(p == SamplingParams() for p in params):  # the draft-law call
+        return probs.to(torch.float32).to(torch.float64)
+    return probs
+
+
+def _draft_law_without_temperature(self, logits, temps, params):
+    """q = softmax(logits), not softmax(logits / T): equal only at T = 1."""
+    if all(p == SamplingParams() for p in params):
+        return _real_target_probs(self, logits, torch.ones_like(temps), params)
+    return _real_target_probs(self, logits, temps, params)
+
+
+def _target_law_without_top_p(self, logits, temps, params):
+    """Top-p dropped from the law the accept reads (the sampler keeps it): wrong only where top_p < 1."""
+    return sampling.target_probs(logits, temps.tolist(), [p.top_k for p in params], [1.0] * len(params))
+
+
+def _draft_law_truncated_like_the_target(self, logits, temps, params):
+    """The request's top-k applied to q too, though the drafter drew from the untruncated law."""
+    if all(p == SamplingParams() for p in params):
+        params = [st.params for st in self.rows]
+    return _real_target_probs(self, logits, temps, params)
+
+
+def _pd_rows_stop_speculating(self, proposal, fresh):
+    """After a PD handoff, planned steps verify the anchor only: right tokens, no speculation."""
+    lens, budget, planned = _real_plan(self, proposal, fresh)
+    if lens is None:
+        lens = torch.full((len(fresh),), self.T, dtype=torch.int64)
+    pd = torch.tensor([getattr(st, "via_pd", False) and not f for st, f in zip(self.rows, fresh)])
+    return torch.where(pd, 1, lens), budget, planned
+
+
+def _admit_marking_pd(self, handoffs, *, prebuilt):
+    _real_admit(self, handoffs, prebuilt=prebuilt)
+    for st in self.rows:
+        st.via_pd = getattr(st, "via_pd", False) or (prebuilt and st.rid in {h.rid for h in handoffs})
+
+
 MUTANTS = [
     Mutant("look-ahead-verify-cap", ("DIST-001",), lambda mp: mp.setattr(DSparkEngine, "plan_verify_lens", _look_ahead_cap)),
     Mutant("resample-from-p-not-residual", ("DIST-001",), lambda mp: mp.setattr(verify, "mixed_accept", _resample_from_p)),
@@ -111,4 +157,15 @@ MUTANTS = [
            lambda mp: mp.setattr(DSparkEngine, "plan_verify_lens", _first_decode_planned)),
     Mutant("rejected-step-emits-nothing", ("LOOP-004",), lambda mp: mp.setattr(DSparkEngine, "_truncate", _rejection_emits_nothing)),
     Mutant("sampling-rng-keyed-by-batch-row", ("LOOP-005",), lambda mp: mp.setattr(DSparkEngine, "_noise", _noise_keyed_by_row)),
+    Mutant("draft-law-scored-in-float32", ("LOOP-006",),
+           lambda mp: mp.setattr(DSparkEngine, "_target_probs", _draft_law_in_float32)),
+    Mutant("draft-law-without-temperature", ("LOOP-006",),
+           lambda mp: mp.setattr(DSparkEngine, "_target_probs", _draft_law_without_temperature)),
+    Mutant("target-law-without-top-p", ("LOOP-006",),
+           lambda mp: mp.setattr(DSparkEngine, "_target_probs", _target_law_without_top_p)),
+    Mutant("draft-law-truncated-like-the-target", ("LOOP-006",),
+           lambda mp: mp.setattr(DSparkEngine, "_target_probs", _draft_law_truncated_like_the_target)),
+    Mutant("pd-decode-stops-speculating", ("LOOP-007",),
+           lambda mp: (mp.setattr(DSparkEngine, "plan_verify_lens", _pd_rows_stop_speculating),
+                       mp.setattr(DSparkEngine, "_admit", _admit_marking_pd))),
 ]

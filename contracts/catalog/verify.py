@@ -17,7 +17,7 @@ import torch
 from contracts import oracle  # float64 laws of the target alone (no engine code)
 from contracts.boundary.verify import VerifyCase, VerifyInputs
 from contracts.checks import expect, expect_equal
-from contracts.protocol import VERIFY, VERIFY_DISTRIBUTIONS, VERIFY_FLOAT64, VERIFY_INJECTED_NOISE, VERIFY_PLACEHOLDERS
+from contracts.protocol import VERIFY, VERIFY_CAP_TRIM, VERIFY_CHAIN, VERIFY_DISTRIBUTIONS, VERIFY_FLOAT64, VERIFY_INJECTED_NOISE, VERIFY_PLACEHOLDERS
 from contracts.registry import contract
 from contracts.scenarios.verify import (
     derived_block_law,
@@ -33,7 +33,7 @@ INJECTED = {VERIFY, VERIFY_INJECTED_NOISE}
 # The exact laws: probe noise of 2**-200 and a 1e-9 tolerance need float64 arithmetic (verify.float64). An fp32/bf16
 # engine skips them; its laws are held exactly where its arithmetic allows (VERIFY-001..012) and by the
 # Monte-Carlo gate (LOSSLESS-003..005) otherwise.
-EXACT_LAW_NEEDS = INJECTED | {VERIFY_FLOAT64}
+EXACT_LAW_NEEDS = INJECTED | {VERIFY_FLOAT64, VERIFY_CHAIN}  # the coin-region derivation assumes the chain rule
 LAW_ATOL = 1e-9
 ALL = verify_cases
 # 64 near-uniform rows over 64 tokens: the bonus of every row is close to a uniform draw.
@@ -112,7 +112,8 @@ def placeholder_slots(engine, case):
 
 
 @contract("VERIFY-003", "greedy: correct_len is the longest draft prefix equal to the target argmax (ties to the lowest "
-          "index), capped at L-1; the bonus is the target argmax at correct_len; cap_trim = raw - correct_len",
+          "index), capped at L-1; the bonus is the target argmax at correct_len; where the engine counts the drafts past "
+          "the cap (verify.cap-trim), cap_trim = raw - correct_len",
           requires={VERIFY}, cases=ALL, examples=(TIE_CASE,))
 def greedy_decision(engine, case):
     inputs = build(case)
@@ -126,7 +127,8 @@ def greedy_decision(engine, case):
                      f"(drafts {inputs.drafts[b].tolist()}, argmax {pred[b].tolist()}, L={int(inputs.lens()[b])})")
     _first_bad(_i64(r.correct_len) != capped, "greedy correct_len", "longest prefix equal to argmax, capped", row)
     _first_bad(_i64(r.bonus) != bonus, "greedy bonus", "target argmax at correct_len", row)
-    _first_bad(_i64(r.cap_trim) != raw - capped, "greedy cap_trim", "raw - correct_len", row)
+    if VERIFY_CAP_TRIM in engine.capabilities:  # DSpark's count of the drafts past the cap; others never see them
+        _first_bad(_i64(r.cap_trim) != raw - capped, "greedy cap_trim", "raw - correct_len", row)
 
 
 @contract("VERIFY-004", "greedy verify steps on a Markov target emit exactly the target's plain greedy continuation, "
@@ -169,7 +171,8 @@ def greedy_is_plain_greedy_decoding(engine, case):
 
 
 @contract("VERIFY-005", "sampling accept count is the longest prefix with q(d) > 0 and u*q(d) < p(d) (strict; q = 1 for a "
-          "one-hot draft), capped at L-1; a capped row's bonus is the accepted draft d_L; cap_trim = raw - correct_len",
+          "one-hot draft), capped at L-1; a capped row's bonus is the accepted draft d_L; where the engine counts the drafts "
+          "past the cap (verify.cap-trim), cap_trim = raw - correct_len",
           requires=INJECTED, cases=dyadic_cases)
 def accept_rule_exact(engine, case):
     inputs = build_dyadic(case)
@@ -185,7 +188,8 @@ def accept_rule_exact(engine, case):
                      f"(u={u[b].tolist()}, q(d)={q[b].tolist()}, p(d)={p[b].tolist()}, L={int(inputs.lens()[b])}, "
                      f"candidates {inputs.candidates[b].tolist()})")
     _first_bad(_i64(r.correct_len) != capped, "correct_len", "min(raw, L-1), raw = leading (q>0 and u*q < p)", row)
-    _first_bad(_i64(r.cap_trim) != raw - capped, "cap_trim", "raw - correct_len", row)
+    if VERIFY_CAP_TRIM in engine.capabilities:
+        _first_bad(_i64(r.cap_trim) != raw - capped, "cap_trim", "raw - correct_len", row)
     carried = _i64(inputs.candidates).gather(1, (capped + 1).clamp(max=inputs.gamma)[:, None])[:, 0]
     _first_bad((capped < raw) & (_i64(r.bonus) != carried), "bonus of a capped row", "the accepted draft d_L", row)
 

@@ -182,7 +182,8 @@ def test_the_gate_fails_through_the_contract_assertion_and_is_recorded():
         with pytest.raises(Mismatch, match="biased goodness of fit"):
             stats.gate([("fair", torch.tensor([500, 500]), law), ("biased", torch.tensor([900, 100]), law)])
     assert [(name, n, alpha) for name, _, n, alpha in seen] == [
-        ("fair", 1000, stats.FAMILY_ALPHA), ("fair", 1000, stats.FAMILY_ALPHA / 2), ("biased", 1000, stats.FAMILY_ALPHA / 2)]
+        ("fair", 1000, stats.FAMILY_ALPHA / stats.TAIL_SAFETY), ("fair", 1000, stats.FAMILY_ALPHA / (2 * stats.TAIL_SAFETY)),
+        ("biased", 1000, stats.FAMILY_ALPHA / (2 * stats.TAIL_SAFETY))]
 
 
 def test_bonferroni_split():

@@ -25,7 +25,8 @@ def _leading(mask):
     return mask.to(torch.int64).cumprod(1).sum(1)
 
 
-def _sampling(*, strict=True, q_zero_rejected=True, residual=True, carry="draft", noise_rows=None, flat_gather=False):
+def _sampling(*, strict=True, q_zero_rejected=True, residual=True, carry="draft", noise_rows=None, flat_gather=False,
+              shared_coin=False, residual_on_full_accept=False):
     """A chain sampler with one bug switched on.
 
     strict: accept iff u*q < p (False: <=). q_zero_rejected: False accepts a draft the draft model gave 0.
@@ -34,6 +35,8 @@ def _sampling(*, strict=True, q_zero_rejected=True, residual=True, carry="draft"
     noise_rows: a function of bs giving the noise row each request reads (a batch-position bug).
     flat_gather: p(d) and q(d) read through the flattened rows, unchecked, as a kernel without a bounds check does:
     an id V reads the next row's first column.
+    shared_coin: every position tests its draft against the first position's coin.
+    residual_on_full_accept: when every draft passes, the bonus is drawn from max(p_gamma - q_{gamma-1}, 0), not p_gamma.
     """
 
     def sampling_accept(candidates, target_probs, draft_probs, coins, resample_noise, verify_lens=None):
@@ -53,7 +56,7 @@ def _sampling(*, strict=True, q_zero_rejected=True, residual=True, carry="draft"
         else:
             p_d = target_probs[:, :gamma].gather(2, drafts[:, :, None])[:, :, 0].to(acc)
             q_d = torch.ones_like(p_d) if draft_probs is None else draft_probs.gather(2, drafts[:, :, None])[:, :, 0].to(acc)
-        u = coins.to(acc)
+        u = coins[:, :1].expand_as(coins).to(acc) if shared_coin else coins.to(acc)
         passes = (u * q_d < p_d) if strict else (u * q_d <= p_d)
         if q_zero_rejected:
             passes = passes & (q_d > 0)
@@ -67,7 +70,8 @@ def _sampling(*, strict=True, q_zero_rejected=True, residual=True, carry="draft"
             q_k = (torch.arange(p_k.shape[1])[None, :] == nxt[:, None]).to(acc)
         else:
             q_k = draft_probs[rows, k_q].to(acc)
-        q_k = torch.where((raw < gamma)[:, None], q_k, 0.0)
+        if not residual_on_full_accept:
+            q_k = torch.where((raw < gamma)[:, None], q_k, 0.0)
         weights = (p_k - q_k).clamp_min(0) if residual else p_k
         weights = torch.where((weights > 0).any(1, keepdim=True), weights, p_k)
         noise = resample_noise if noise_rows is None else resample_noise[noise_rows(bs)]
@@ -174,6 +178,10 @@ MUTANTS = [
     Mutant("capped-bonus-resampled", ("VERIFY-005", "LOSSLESS-001", "LOSSLESS-002", "LOSSLESS-004", "LOSSLESS-006"),
            _sampler(carry="resample")),
     Mutant("cap-peeks-at-next-draft", ("VERIFY-005", "LOSSLESS-002", "LOSSLESS-004", "LOSSLESS-006"), _sampler(carry="peek")),
+    Mutant("one-coin-for-every-position", ("VERIFY-005", "LOSSLESS-002", "LOSSLESS-003", "LOSSLESS-004", "LOSSLESS-006"),
+           _sampler(shared_coin=True)),
+    Mutant("full-accept-bonus-from-a-residual", ("LOSSLESS-002", "LOSSLESS-003", "LOSSLESS-004", "LOSSLESS-006"),
+           _sampler(residual_on_full_accept=True)),
     Mutant("noise-row-by-batch-position", ("VERIFY-009",), _sampler(noise_rows=lambda bs: torch.arange(bs).flip(0))),
     Mutant("greedy-bonus-one-row-late", ("VERIFY-003", "VERIFY-004"),
            lambda mp: mp.setattr(reference, "greedy_accept", _greedy_bonus_one_late)),

@@ -130,15 +130,6 @@ LEDGER: tuple = (
         "in RejectionSampler.forward, with the expansion of _VLLM_EXPAND corrected, makes VERIFY-012 pass "
         "(tests/vllm/test_findings.py)",
     ),
-    KnownFailure(
-        "vllm", "0.32.0", "VERIFY-003", r"^greedy cap_trim \(row \d+\)$",
-        "evidence: a verify length L is how many drafts vLLM's scheduler schedules (num_draft_tokens = L - 1): V1 never "
-        "sees the drafts past it, so it has no cap_trim (the adapter reports 0), while VERIFY-003 asks for raw - correct_len "
-        "counted over all gamma drafts, a DSpark ragged-layout count. Shrunk: gamma 1, L 1, draft 0 equal to the argmax: "
-        "raw 1, cap_trim 0. correct_len and the bonus agree with the contract: taking cap_trim from the contract's own "
-        "count makes it pass (tests/vllm/test_findings.py). A contract question, not a vLLM bug: cap_trim belongs behind "
-        "a capability",
-    ),
 )
 
 

@@ -17,7 +17,15 @@ import torch
 from contracts import oracle  # float64 laws of the target alone (no engine code)
 from contracts.boundary.verify import VerifyCase, VerifyInputs
 from contracts.checks import expect, expect_equal
-from contracts.protocol import VERIFY, VERIFY_CAP_TRIM, VERIFY_CHAIN, VERIFY_DISTRIBUTIONS, VERIFY_FLOAT64, VERIFY_INJECTED_NOISE, VERIFY_PLACEHOLDERS
+from contracts.protocol import (
+    VERIFY,
+    VERIFY_CAP_TRIM,
+    VERIFY_CHAIN,
+    VERIFY_DISTRIBUTIONS,
+    VERIFY_FLOAT64,
+    VERIFY_INJECTED_NOISE,
+    VERIFY_PLACEHOLDERS,
+)
 from contracts.registry import contract
 from contracts.scenarios.verify import (
     derived_block_law,

@@ -72,3 +72,42 @@ def test_a_failure_of_the_listed_field_is_known_and_another_field_is_not(pyteste
     pytester.makeconftest(_CONFTEST.format(field="^scaled logprob counts$", mutate=_BREAK_SCALING))
     result = pytester.runpytest("-k", "SCALE-001", "-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
+
+
+def _flaky_scaling(monkeypatch):
+    """SCALE-001 broken the first time it sees each input only: the failing case passes when Hypothesis replays it
+    (FlakyFailure), as a case does on an engine whose verdict depends on leftover memory."""
+    import dspark.spec_info as si
+
+    real, seen = si.spec_scale_global_num_tokens, set()
+
+    def scale(widths, counts, logprob_counts):
+        key = (widths.num_tokens_per_req, tuple(counts), tuple(logprob_counts))
+        scaled, scaled_lp = real(widths, counts, logprob_counts)
+        first = key not in seen
+        seen.add(key)
+        return ([c + 1 for c in scaled] if first else scaled), scaled_lp
+
+    monkeypatch.setattr(si, "spec_scale_global_num_tokens", scale)
+
+
+@pytest.mark.parametrize("field, known", [("^scaled counts$", True), ("^scaled logprob counts$", False)])
+def test_a_flaky_failure_is_judged_by_the_violation_it_holds(monkeypatch, field, known):
+    from hypothesis.errors import FlakyFailure
+
+    from contracts.adapters.reference import ReferenceAdapter
+    from contracts.registry import all_contracts
+    from contracts.runner import run_contract, run_with_ledger
+
+    engine, contract = ReferenceAdapter(), all_contracts()["SCALE-001"]
+    _flaky_scaling(monkeypatch)
+    with pytest.raises(FlakyFailure):  # the premise: without the ledger, this failure is flaky
+        run_contract(contract, engine, profile="ci")
+    monkeypatch.setattr(ledger, "LEDGER", (KnownFailure("reference", engine.version, "SCALE-001", field,
+                                                        "evidence: pretend"),))
+    if known:
+        with pytest.raises(pytest.xfail.Exception, match=r"known failure \(flaky: .*SCALE-001 \[engine=reference\]"):
+            run_with_ledger(contract, engine)
+    else:
+        with pytest.raises(FlakyFailure):
+            run_with_ledger(contract, engine)

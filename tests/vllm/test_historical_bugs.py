@@ -103,8 +103,8 @@ def _constraints_ignore_temperature(mp):
 
 
 BUGS = [
-    ("greedy bonus appended after a rejection", _greedy_bonus_after_rejection, ("VERIFY-004",)),
-    ("target logits one row late", _target_rows_off_by_one, ("VERIFY-004",)),
+    ("greedy bonus appended after a rejection", _greedy_bonus_after_rejection, ("VERIFY-003", "VERIFY-004")),
+    ("target logits one row late", _target_rows_off_by_one, ("VERIFY-003", "VERIFY-004")),
     ("accept coins ignore the per-request generators", _coins_ignore_generators, ("VERIFY-007",)),
     ("recovered token from the target, not the residual", _recovered_from_target, ("LOSSLESS-003", "LOSSLESS-006")),
     ("sampling constraints ignore the temperature", _constraints_ignore_temperature, ("VERIFY-011", "LOSSLESS-005")),

@@ -32,7 +32,8 @@ class SGLangAdapter(SGLangHandoff, SGLangDpMetadata, SGLangKv, SGLangGraph, SGLa
     # Not declared: verify.injected-noise (SGLang draws its own coins and Gumbel noise), verify.placeholders
     # (out_tokens past commit_len keep the rejected drafts), step (needs a model runner with weights).
     capabilities = frozenset({protocol.HANDOFF, protocol.DP_METADATA, protocol.KV, protocol.GRAPH, protocol.PLANNER,
-                              protocol.DRAFT, protocol.VERIFY, protocol.VERIFY_DISTRIBUTIONS, protocol.VERIFY_CHAIN, protocol.RANKS_TP})
+                              protocol.DRAFT, protocol.VERIFY, protocol.VERIFY_DISTRIBUTIONS, protocol.VERIFY_CHAIN,
+                              protocol.VERIFY_CAP_TRIM, protocol.RANKS_TP})
 
     def __init__(self):
         sglang_env.check_sglang_installed()  # every load: one line naming the install command, never a fallback

@@ -10,8 +10,10 @@ Declared: verify, verify.distributions, verify.chain-sampling (V1 verifies token
 min(1, p/q), else the residual). Not declared: verify.injected-noise (vLLM draws its coins and noise from its
 per-request generators), verify.placeholders (vLLM pads with -1 only up to this batch's longest row; the adapter
 pads the rest, so the convention would be the adapter's, not vLLM's), verify.float64 (vLLM samples in float32),
-verify.empty-batch (the model runner never samples an empty batch), dp-metadata (its methods are the DSpark draft
-batch's fill and SGLang's count scaling; vLLM V1 has no DSpark draft batch: see the README's vLLM section), and
+verify.empty-batch (the model runner never samples an empty batch), verify.cap-trim (a row's verify length is what
+the scheduler schedules, so vLLM never sees the drafts past it and reports cap_trim 0), dp-metadata (its methods are
+the DSpark draft batch's fill and SGLang's count scaling; vLLM V1 has no DSpark draft batch: see the README's vLLM
+section), and
 the handoff, kv, graph, planner, draft, step and ranks levels (no DSpark in vLLM V1).
 """
 

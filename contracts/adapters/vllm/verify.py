@@ -5,9 +5,9 @@ temperature 0; sampled rows at the case's temperature, top-k and top-p, seeded),
 the per-request generators draw the accept coins (`generate_uniform_probs`), the recovered-token noise
 (`sample_recovered_tokens`) and the bonus token (the `Sampler`). A row's verify length L is how many tokens the
 scheduler scheduled for it: the anchor and L-1 drafts (`num_draft_tokens = L - 1`; vLLM never sees the drafts past
-it, so its `cap_trim` is 0). Draft probabilities are the drafter's cached `_draft_probs`; a one-hot draft
-(`draft_probs=None`) is the n-gram path (no draft probabilities). Target logits go in as float32, the dtype of
-vLLM's logits.
+it, so its `cap_trim` is 0 and the adapter does not declare verify.cap-trim). Draft probabilities are the drafter's
+cached `_draft_probs`; a one-hot draft (`draft_probs=None`) is the n-gram path (no draft probabilities). Target logits
+go in as float32, the dtype of vLLM's logits.
 
 Outputs: `sampled_token_ids` [bs, max_spec_len + 1] with vLLM's -1 placeholders, read by
 `RejectionSampler.parse_output` (accepted drafts and the recovered or bonus token). `finalize` reads that same

@@ -14,7 +14,7 @@ Families (a contract picks the ones it states):
                sequence without the pending anchor; draft context length == seq_len; every
                emitted token reaches the output exactly once, across the PD handoff and the relay
   planner      1 <= L <= gamma+1, commit_len = correct_len + 1 <= L, sum(L - max(min,1)) <= budget
-               <= planned*gamma, forced fraction, static verifies all, a first decode verifies all
+               <= planned*gamma, forced fraction; static steps and steps without a budget verify all
   progress     every step emits >= 1 token per live request; a request ends within max_new_tokens
 """
 
@@ -170,15 +170,14 @@ class DecodeLoopMachine(RuleBasedStateMachine):
             expect(0 <= n <= L - 1, f"request {rid} correct_len", f"in [0, L-1={L - 1}]", n)
             expect_equal(f"request {rid} commit_len", n + 1, c)
             expect(trim >= 0 and n + trim <= g, f"request {rid} cap_trim", f"in [0, gamma - correct_len = {g - n}]", trim)
-            first = self.decoded[rid] == 0
             if self.spec.verify_mode == "static":
                 expect_equal(f"request {rid} verify_len (static)", g + 1, L)
                 expect_equal(f"request {rid} cap_trim (static)", 0, trim)
-            elif first:
-                expect(not view.planned[i] and L == g + 1, f"request {rid} first decode", f"verify all ({g + 1})",
+            elif view.budget is None:  # nothing resolved yet: no plan, every row verifies all
+                expect(not view.planned[i] and L == g + 1, f"request {rid} without a budget", f"verify all ({g + 1})",
                        f"L={L}, planned={view.planned[i]}")
             else:
-                expect(view.planned[i], f"request {rid} planned", True, view.planned[i])
+                expect(view.planned[i], f"request {rid} planned (the step has a budget)", True, view.planned[i])
                 expect(L >= floor, f"request {rid} verify_len", f">= {floor}", L)
                 planned_rows.append(i)
         if planned_rows:

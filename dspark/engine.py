@@ -28,7 +28,7 @@ from dspark.draft_input import DraftInput
 from dspark.dspark_draft import DraftBlockProposer
 from dspark.engine_types import PrefillHandoff, Request, RequestState, SamplingParams, StepLaws, StepRecord
 from dspark.graph_buckets import capture_num_tokens, pad_to_bucket
-from dspark.overlap_utils import FutureMap, RelayPayload
+from dspark.overlap_utils import BudgetConfidence, FutureMap, RelayPayload
 from dspark.schedule_batch import Req, ReqToTokenPool, ScheduleBatch
 
 __all__ = ["DSparkConfig", "DSparkEngine", "PrefillHandoff", "Request", "RequestState", "SamplingParams", "StepRecord",
@@ -120,6 +120,7 @@ class DSparkEngine:
         self.done: Dict[int, RequestState] = {}
         self.records: List[StepRecord] = []
         self.last_laws: List[StepLaws] = []  # the sampled rows of the last step
+        self.budget_confidence = BudgetConfidence(cfg.pool_size)
 
     # ---- requests ------------------------------------------------------------
 
@@ -188,7 +189,7 @@ class DSparkEngine:
     def _alloc_row(self) -> int:
         if not self.free_rows:
             raise RuntimeError(f"pool_size: no free request slot (all {self.config.pool_size} in use)")
-        return self.free_rows.pop(0)
+        return self.pool.take_row(self.free_rows.pop(0))
 
     def _check_handoffs(self, handoffs: Sequence[PrefillHandoff]) -> None:
         """Every handoff is checked before any state changes, so a bad one admits nothing."""
@@ -291,7 +292,10 @@ class DSparkEngine:
     # ---- one decode step --------------------------------------------------------
 
     def _resolve_inputs(self) -> torch.Tensor:
+        """SGLang's order: the scheduler's prepare_for_decode (its reservation covers a committed length that lags
+        a step), then run_batch resolves the relay."""
         b = self.batch
+        b.prepare_for_decode()
         if self.enable_overlap:
             self.future_map.resolve_seq_lens(b)
             self.future_map.resolve_forward_inputs(b)
@@ -299,7 +303,6 @@ class DSparkEngine:
             b.seq_lens = b.spec_info.new_seq_lens.clone()
         for req, n in zip(b.reqs, b.seq_lens.tolist()):
             req.kv_committed_len = n
-        b.prepare_for_decode()
         return b.seq_lens.clone()
 
     def _noise(self):
@@ -312,21 +315,24 @@ class DSparkEngine:
         resample = 1.0 / self._exponential(u[:, g * V + g: g * V + g + V])
         return gumbel, coins, resample
 
-    def plan_verify_lens(self, proposal, fresh: List[bool]):
-        """(verify_lens [bs] int64 or None for static, budget or None, planned mask)."""
-        bs = len(fresh)
+    def plan_verify_lens(self, proposal):
+        """(verify_lens [bs] int64 or None for static, budget or None, planned mask, the confidence the budget read).
+
+        The budget reads each row's confidence from CONFIDENCE_RELAY_LAG steps ago, and only if the row's current
+        request wrote it (same generation); other rows count as certain (survival 1, SGLang's optimism). With
+        nothing resolved yet there is no budget and every row verifies all."""
+        bs = len(self.rows)
         if self.config.verify_mode == "static":
-            return None, None, [False] * bs
-        cfg, planned = self.config, [not f for f in fresh]
-        lens = torch.full((bs,), cfg.max_verify_len, dtype=torch.int64)
-        rows = [i for i in range(bs) if planned[i]]
-        if not rows:
-            return lens, None, planned
-        step = planner.plan_step(torch.stack([self.rows[i].last_confidence for i in rows]), proposal.confidence[rows],
-                                 verify_mode=cfg.verify_mode, table=cfg.sps_table, force_budget_frac=cfg.force_budget_frac,
-                                 min_verify_len=cfg.min_verify_len, max_verify_len=cfg.max_verify_len, eps=cfg.survival_eps)
-        lens[rows] = step.verify_lens
-        return lens, step.budget, planned
+            return None, None, [False] * bs, None
+        cfg, rows = self.config, self.batch.req_pool_indices
+        budget_conf = self.budget_confidence.read(rows, proposal.confidence, self.pool.req_generation[rows],
+                                                  self.future_map if self.enable_overlap else None)
+        if budget_conf is None:
+            return torch.full((bs,), cfg.max_verify_len, dtype=torch.int64), None, [False] * bs, None
+        step = planner.plan_step(budget_conf, proposal.confidence, verify_mode=cfg.verify_mode, table=cfg.sps_table,
+                                 force_budget_frac=cfg.force_budget_frac, min_verify_len=cfg.min_verify_len,
+                                 max_verify_len=cfg.max_verify_len, eps=cfg.survival_eps)
+        return step.verify_lens, step.budget, [True] * bs, budget_conf
 
     def _target_probs(self, logits: torch.Tensor, temps: torch.Tensor, params: Sequence[SamplingParams]) -> torch.Tensor:
         """Each request's sampling law: temperature, then top-k and top-p applied to the target only."""
@@ -381,10 +387,12 @@ class DSparkEngine:
         st.draft_ctx = torch.cat([st.draft_ctx, hidden[: correct + 1]])
         st.req.kv_committed_len = len(st.cache_tokens)
 
-    def _publish(self, new_seq_lens: torch.Tensor, bonus: torch.Tensor) -> None:
+    def _publish(self, new_seq_lens: torch.Tensor, bonus: torch.Tensor, confidence: torch.Tensor) -> None:
         di = self.batch.spec_info
-        if self.enable_overlap:  # seq lens first, then the bonus: step N+1 resolves both
-            self.future_map.publish(di.future_indices, new_seq_lens)
+        if self.enable_overlap:  # seq lens (with the confidence relay) first, then the bonus: step N+1 resolves both
+            relay = self.config.verify_mode != "static"  # SGLang relays confidence for the ragged modes only
+            self.future_map.publish(di.future_indices, new_seq_lens, confidence if relay else None,
+                                    self.pool.req_generation[di.future_indices] if relay else None)
             self.future_map.stash(di.future_indices, RelayPayload(bonus_tokens=bonus))
         else:
             di.bonus_tokens, di.new_seq_lens = bonus, new_seq_lens
@@ -418,8 +426,7 @@ class DSparkEngine:
         gumbel, coins, resample = self._noise()
         proposal = self.proposer.propose(self.drafter, [st.cache_tokens for st in rows], [st.draft_ctx for st in rows],
                                          anchors, temps, gumbel)
-        fresh = [st.last_confidence is None for st in rows]
-        lens, budget, planned = self.plan_verify_lens(proposal, fresh)
+        lens, budget, planned, budget_conf = self.plan_verify_lens(proposal)
         cand = torch.cat([anchors[:, None], proposal.draft_tokens], dim=1)
         logits, hidden, target_tokens, graph_tokens = self._verify_forward(cand, lens)
         acc, p, q = self._accept(cand, logits, proposal, lens, temps, coins, resample)
@@ -435,18 +442,18 @@ class DSparkEngine:
             self._commit(i, st, int(anchors[i]), proposal.draft_tokens[i].tolist(), int(acc.correct_len[i]), hidden[i])
             out = fin.out_tokens[i, :c].tolist()
             st.local_step += 1
-            st.last_confidence = proposal.confidence[i].clone()
             if self._truncate(st, out):
                 leaving.append(i)
             emitted.append(out)
-        self._publish(fin.new_seq_lens, acc.bonus)
+        self._publish(fin.new_seq_lens, acc.bonus, proposal.confidence)
         T = self.T
         rec = StepRecord(
             step=len(self.records), rids=[st.rid for st in rows], seq_lens=seq_lens.tolist(),
             verify_lens=[T] * len(rows) if lens is None else lens.tolist(), planned=planned, budget=budget,
             correct_lens=acc.correct_len.tolist(), cap_trim=acc.cap_trim.tolist(), commit_lens=fin.commit_len.tolist(),
             new_seq_lens=fin.new_seq_lens.tolist(), emitted=emitted, finished=[rows[i].rid for i in leaving],
-            overlap=self.enable_overlap, target_tokens=target_tokens, graph_num_tokens=graph_tokens)
+            overlap=self.enable_overlap, target_tokens=target_tokens, graph_num_tokens=graph_tokens,
+            budget_confidence=None if budget_conf is None else budget_conf.tolist())
         if leaving:
             self._leave(leaving)
         self.records.append(rec)

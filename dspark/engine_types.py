@@ -45,7 +45,6 @@ class RequestState:
     draft_ctx: torch.Tensor  # draft context KV: one projected target hidden per committed position
     output: list = field(default_factory=list)  # emitted tokens (the first sampled token included)
     local_step: int = 0  # decode steps this request has taken
-    last_confidence: Optional[torch.Tensor] = None  # its previous step's confidence (the lagged planner input)
     finish_reason: Optional[str] = None  # "eos" | "length" | "abort"
 
     @property
@@ -98,6 +97,7 @@ class StepRecord:
     overlap: bool
     target_tokens: int  # rows the target forward computed
     graph_num_tokens: Optional[int] = None
+    budget_confidence: Optional[list] = None  # per row, the lagged confidence the budget read (1s: no own history)
 
     @property
     def tokens_per_forward(self) -> float:

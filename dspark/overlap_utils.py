@@ -19,6 +19,42 @@ from dspark import _validate
 from dspark.spec_info import SpeculativeAlgorithm
 
 POISON = -1
+CONFIDENCE_RELAY_LAG = 2  # SGLang's CONFIDENCE_RELAY_RING_LAG (SGLANG_DSPARK_CONFIDENCE_RELAY_LAG_STEPS)
+
+
+class ConfidenceRing:
+    """Per pool row, the draft confidence each step published and the generation of the request that published it.
+
+    `read` returns the rows as they stood `lag` pushes ago (None before `lag` pushes): SGLang's confidence relay
+    ring under overlap, and its host planner's carry without. The writer's generation travels with the values,
+    so a reader can tell its own request's history from a previous occupant's.
+    """
+
+    def __init__(self, req_pool_size: int, lag: int = CONFIDENCE_RELAY_LAG):
+        self.req_pool_size = _validate.positive_int("req_pool_size", req_pool_size)
+        self.lag = _validate.positive_int("lag", lag)
+        self._history: list = []  # (confidence [P, gamma], generation [P]) after each push, newest last
+
+    def push(self, rows: torch.Tensor, confidence: torch.Tensor, generation: torch.Tensor) -> None:
+        _validate.same_length(rows=rows, confidence=confidence, generation=generation)
+        if self._history:
+            conf, gen = (t.clone() for t in self._history[-1])
+            if conf.shape[1] != confidence.shape[1]:
+                raise ValueError(f"confidence: width {confidence.shape[1]} != relay width {conf.shape[1]}")
+        else:
+            conf = torch.zeros(self.req_pool_size, confidence.shape[1], dtype=torch.float64)
+            gen = torch.zeros(self.req_pool_size, dtype=torch.int64)
+        rows = rows.cpu().to(torch.int64)
+        conf[rows], gen[rows] = confidence.cpu().to(torch.float64), generation.cpu().to(torch.int64)
+        self._history = (self._history + [(conf, gen)])[-self.lag:]
+
+    def read(self, rows: torch.Tensor):
+        """(confidence [n, gamma], writer generation [n]) published `lag` pushes ago, or None."""
+        if len(self._history) < self.lag:
+            return None
+        conf, gen = self._history[0]
+        rows = rows.cpu().to(torch.int64)
+        return conf[rows].clone(), gen[rows].clone()
 
 
 @dataclass
@@ -46,6 +82,34 @@ class RelayPayload:
         )
 
 
+class BudgetConfidence:
+    """What a step's verify budget reads per row: the confidence of CONFIDENCE_RELAY_LAG steps ago, where the row's
+    current request wrote it, else 1s (no history: certain, SGLang's optimism). None: nothing resolved yet.
+
+    Under overlap the lagged values come through the FutureMap (published after each verify); without, from this
+    planner's own carry, which it reads before it writes the current confidence (SGLang's host planner).
+    """
+
+    def __init__(self, req_pool_size: int, lag: int = CONFIDENCE_RELAY_LAG):
+        self.carry = ConfidenceRing(req_pool_size, lag)
+
+    def read(self, rows: torch.Tensor, confidence: torch.Tensor, generation: torch.Tensor,
+             future_map: Optional["FutureMap"] = None) -> Optional[torch.Tensor]:
+        """rows [n], this step's confidence [n, gamma], the rows' current generations [n] -> [n, gamma] or None."""
+        if future_map is not None:
+            lagged = future_map.resolve_confidence(rows)
+            if lagged is None:
+                return None
+        else:
+            lagged = self.carry.read(rows)
+            self.carry.push(rows, confidence, generation)
+            if lagged is None:  # an empty carry: generation 0 belongs to no request
+                lagged = torch.zeros_like(confidence, dtype=torch.float64), torch.zeros_like(generation)
+        conf, writer = lagged
+        own = (generation >= 1) & (writer == generation)
+        return torch.where(own[:, None], conf, torch.ones_like(conf))
+
+
 class FutureMap:
     """A relay indexed by request-pool row; row 0 doubles as the CUDA-graph padding row."""
 
@@ -70,6 +134,7 @@ class FutureMap:
         self.output_tokens_buf = torch.full((req_pool_size,), POISON, dtype=torch.int64, device=self.device)
         self.new_seq_lens_buf = torch.full((req_pool_size,), POISON, dtype=torch.int64, device=self.device)
         self.confidence_buf: Optional[torch.Tensor] = None  # lazily sized by the first publish with confidence
+        self.confidence_ring = ConfidenceRing(req_pool_size)  # what the budget of a later step reads
         self.dsa_topk_indices_buf: Optional[torch.Tensor] = None  # DSPARK never relays DSA indices
         self._fresh_seq_lens = torch.zeros(req_pool_size, dtype=torch.bool)
         self._fresh_bonus = torch.zeros(req_pool_size, dtype=torch.bool)
@@ -83,7 +148,10 @@ class FutureMap:
         _validate.unique(name, indices)
         return indices.to(device=self.device, dtype=torch.int64)
 
-    def publish(self, indices: torch.Tensor, new_seq_lens: torch.Tensor, confidence: Optional[torch.Tensor] = None) -> None:
+    def publish(self, indices: torch.Tensor, new_seq_lens: torch.Tensor, confidence: Optional[torch.Tensor] = None,
+                generation: Optional[torch.Tensor] = None) -> None:
+        """Step N's committed lengths, and with them its draft confidence and the publishing requests'
+        generations (SGLang records the writer's generation with each ring copy)."""
         rows = self._rows("indices", indices)
         _validate.int_tensor("new_seq_lens", new_seq_lens, nonnegative=True)
         _validate.same_length(indices=indices, new_seq_lens=new_seq_lens)
@@ -92,6 +160,10 @@ class FutureMap:
                 raise ValueError("confidence: expected a [len(indices), gamma] tensor")
             if self.confidence_buf is not None and self.confidence_buf.shape[1] != confidence.shape[1]:
                 raise ValueError(f"confidence: width {confidence.shape[1]} != relay width {self.confidence_buf.shape[1]}")
+            if generation is None:
+                raise ValueError("generation: required with confidence (the publishing requests' row generations)")
+            _validate.int_tensor("generation", generation)
+            _validate.same_length(indices=indices, generation=generation)
         if rows.numel() == 0:  # a DP-idle rank touches nothing
             return
         self.new_seq_lens_buf[rows] = new_seq_lens.to(self.new_seq_lens_buf)
@@ -99,6 +171,7 @@ class FutureMap:
             if self.confidence_buf is None:
                 self.confidence_buf = torch.zeros(self.req_pool_size, confidence.shape[1], dtype=torch.float64, device=self.device)
             self.confidence_buf[rows] = confidence.to(self.confidence_buf)
+            self.confidence_ring.push(rows, confidence, generation)
         self._fresh_seq_lens[rows.cpu()] = True
         self.publish_ready = True
 
@@ -158,8 +231,9 @@ class FutureMap:
         else:
             spec_info.dsa_topk_indices = None
 
-    def resolve_confidence(self, rows: torch.Tensor) -> Optional[torch.Tensor]:
-        return None if self.confidence_buf is None else self.confidence_buf[rows].clone()
+    def resolve_confidence(self, rows: torch.Tensor):
+        """(confidence, writer generation) of `rows` as published CONFIDENCE_RELAY_LAG steps ago, or None before then."""
+        return self.confidence_ring.read(self._rows("rows", rows))
 
     def snapshot(self) -> dict[str, torch.Tensor]:
         """Copies of the relay buffers, for checking what a call touched."""

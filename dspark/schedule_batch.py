@@ -46,6 +46,14 @@ class ReqToTokenPool:
         self.max_context_len = _validate.positive_int("max_context_len", max_context_len)
         self.page_size = _validate.positive_int("page_size", page_size)
         self.req_to_token = torch.zeros(size, max_context_len, dtype=torch.int32)
+        # Bumped each time a row is handed to a new request, never reset: readers of per-row history
+        # (the confidence relay) tell a row's current request from its previous occupants by it.
+        self.req_generation = torch.zeros(size, dtype=torch.int64)
+
+    def take_row(self, row: int) -> int:
+        """Hand `row` to a new request: its generation moves on."""
+        self.req_generation[row] += 1
+        return row
 
 
 @dataclass

@@ -39,7 +39,8 @@ def bookkeeping(engine):
 
 
 @contract("LOOP-003", "per step: 1 <= L <= gamma+1, commit_len = correct_len+1 <= L, sum(L - max(min,1)) <= budget "
-          "<= planned*gamma (floor(f*planned*gamma) when forced); static and first decodes verify all", requires={STEP})
+          "<= planned*gamma (floor(f*planned*gamma) when forced); static steps and steps without a budget (nothing "
+          "resolved yet) verify all", requires={STEP})
 def step_planner(engine):
     run_decode_loop(engine, ("planner",), max_examples=MACHINE_EXAMPLES, steps=MACHINE_STEPS)
 

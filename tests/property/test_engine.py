@@ -52,14 +52,33 @@ def test_compact_mode_runs_only_the_verified_rows():
     assert any(not all(L == 4 for L in rec.verify_lens) for rec in eng.records)
 
 
-def test_first_decode_verifies_all_then_the_planner_takes_over():
+def test_without_overlap_the_budget_reads_the_confidence_of_two_steps_ago():
+    """SGLang's host planner carries the confidence itself: rows with no history count as certain (1s)."""
     eng = _engine(gamma=3, verify_mode="cap-accept", force_budget_frac=0.25)
     eng.prefill(_requests(2, max_new=20))
-    first = eng.step()
-    assert first.planned == [False, False] and first.verify_lens == [4, 4] and first.budget is None
-    second = eng.step()
-    assert second.planned == [True, True] and second.budget == 1  # floor(0.25 * 2 * 3)
-    assert sum(L - 1 for L in second.verify_lens) <= 1
+    steps = [eng.step() for _ in range(3)]
+    assert all(s.planned == [True, True] and s.budget == 1 for s in steps)  # floor(0.25 * 2 * 3)
+    assert steps[0].budget_confidence == steps[1].budget_confidence == [[1.0] * 3] * 2
+    assert sum(L - 1 for L in steps[2].verify_lens) <= 1
+    assert steps[2].budget_confidence != [[1.0] * 3] * 2
+
+
+def test_with_overlap_nothing_is_planned_until_the_relay_has_lagged_confidence():
+    eng = _engine(gamma=3, verify_mode="cap-accept", force_budget_frac=0.25, enable_overlap=True)
+    eng.prefill(_requests(2, max_new=20))
+    first, second, third = (eng.step() for _ in range(3))
+    for s in (first, second):
+        assert s.planned == [False, False] and s.verify_lens == [4, 4] and s.budget is None
+    assert third.planned == [True, True] and third.budget == 1 and third.budget_confidence is not None
+
+
+def test_a_reused_row_never_lends_its_previous_occupants_confidence():
+    eng = _engine(gamma=2, verify_mode="cap-accept", enable_overlap=True, pool_size=1)
+    eng.prefill(_requests(1, max_new=4))
+    eng.run_to_completion()
+    eng.prefill([Request(9, (1, 2), SamplingParams(max_new_tokens=6))])  # takes the same row, a new generation
+    steps = [eng.step() for _ in range(2)]
+    assert all(s.budget_confidence in (None, [[1.0, 1.0]]) for s in steps)
 
 
 def test_pd_handoff_and_local_prefill_agree():

@@ -21,14 +21,14 @@ _real_target_probs = DSparkEngine._target_probs
 _real_admit = DSparkEngine._admit
 
 
-def _look_ahead_cap(self, proposal, fresh):
+def _look_ahead_cap(self, proposal):
     """Stop each block right before its first draft equal to token 0: {L >= k+1} then depends on d_{k+1}."""
-    lens, budget, planned = _real_plan(self, proposal, fresh)
+    lens, budget, planned, read = _real_plan(self, proposal)
     bs, gamma = proposal.draft_tokens.shape
     base = torch.full((bs,), gamma + 1, dtype=torch.int64) if lens is None else lens
     zero = proposal.draft_tokens == 0
     first_zero = torch.where(zero.any(1), zero.to(torch.int64).argmax(1) + 1, gamma + 1)  # 1-based
-    return torch.minimum(base, (first_zero - 1).clamp(min=1)), budget, planned
+    return torch.minimum(base, (first_zero - 1).clamp(min=1)), budget, planned, read
 
 
 def _resample_from_p(candidates, target_logits, target_probs, draft_probs, coins, resample_noise, greedy_mask,
@@ -81,11 +81,12 @@ def _rejection_emits_nothing(self, st, emitted):
     return _real_truncate(self, st, emitted)
 
 
-def _first_decode_planned(self, proposal, fresh):
-    for st in self.rows:
-        if st.last_confidence is None:
-            st.last_confidence = torch.ones(self.gamma, dtype=torch.float64)
-    return _real_plan(self, proposal, [False] * len(fresh))
+def _unresolved_step_verifies_the_anchor(self, proposal):
+    """With nothing resolved yet (no budget), verify the anchor only instead of everything."""
+    lens, budget, planned, read = _real_plan(self, proposal)
+    if lens is not None and budget is None:
+        lens = torch.ones_like(lens)
+    return lens, budget, planned, read
 
 
 def _noise_keyed_by_row(self):
@@ -127,13 +128,13 @@ def _draft_law_truncated_like_the_target(self, logits, temps, params):
     return _real_target_probs(self, logits, temps, params)
 
 
-def _pd_rows_stop_speculating(self, proposal, fresh):
+def _pd_rows_stop_speculating(self, proposal):
     """After a PD handoff, planned steps verify the anchor only: right tokens, no speculation."""
-    lens, budget, planned = _real_plan(self, proposal, fresh)
+    lens, budget, planned, read = _real_plan(self, proposal)
     if lens is None:
-        lens = torch.full((len(fresh),), self.T, dtype=torch.int64)
-    pd = torch.tensor([getattr(st, "via_pd", False) and not f for st, f in zip(self.rows, fresh)])
-    return torch.where(pd, 1, lens), budget, planned
+        lens = torch.full((len(planned),), self.T, dtype=torch.int64)
+    pd = torch.tensor([getattr(st, "via_pd", False) and p for st, p in zip(self.rows, planned)])
+    return torch.where(pd, 1, lens), budget, planned, read
 
 
 def _admit_marking_pd(self, handoffs, *, prebuilt):
@@ -153,8 +154,8 @@ MUTANTS = [
            lambda mp: mp.setattr(DSparkEngine, "_publish", _stash_without_publish)),
     Mutant("handoff-seq-len-counts-the-anchor", ("LOOP-002",),
            lambda mp: mp.setattr(disaggregation, "build_dspark_disagg_draft_input", _handoff_counts_anchor)),
-    Mutant("first-decode-after-handoff-is-planned", ("LOOP-003",),
-           lambda mp: mp.setattr(DSparkEngine, "plan_verify_lens", _first_decode_planned)),
+    Mutant("unresolved-step-verifies-the-anchor-only", ("LOOP-003",),
+           lambda mp: mp.setattr(DSparkEngine, "plan_verify_lens", _unresolved_step_verifies_the_anchor)),
     Mutant("rejected-step-emits-nothing", ("LOOP-004",), lambda mp: mp.setattr(DSparkEngine, "_truncate", _rejection_emits_nothing)),
     Mutant("sampling-rng-keyed-by-batch-row", ("LOOP-005",), lambda mp: mp.setattr(DSparkEngine, "_noise", _noise_keyed_by_row)),
     Mutant("draft-law-scored-in-float32", ("LOOP-006",),

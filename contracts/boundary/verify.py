@@ -45,17 +45,50 @@ class VerifyCase:
 
 
 @dataclass(frozen=True)
-class DyadicCase:
-    """Probabilities and coins on a dyadic grid (multiples of 1/8 and 1/16), so ``u * q(d)`` and
-    ``p(d)`` compare exactly in any float dtype and exact ties ``u * q(d) == p(d)`` are common."""
+class ValueCase:
+    """A verify batch given by its values, so a counterexample shows them and Hypothesis shrinks them.
 
-    bs: int
-    gamma: int
+    Target logits are small integers (exact ties are common; the target law is their softmax), draft rows are
+    eighths (the counts of 8 hits per row; None: a one-hot draft), coins sixteenths; drafts may be any id in
+    [0, V). The resample noise is flat (1s), so a draw picks the likeliest token of the residual, lowest id first.
+    """
+
     vocab: int
-    one_hot: bool  # draft_probs=None: the draft is a point mass on the candidate (q(d) = 1)
-    seed: int
+    gamma: int
+    candidates: Tuple[Tuple[int, ...], ...]  # [bs][gamma+1]
+    logits: Tuple[Tuple[Tuple[int, ...], ...], ...]  # [bs][gamma+1][V]
+    draft_eighths: Optional[Tuple[Tuple[Tuple[int, ...], ...], ...]]  # [bs][gamma][V], each row sums to 8
+    coins_sixteenths: Tuple[Tuple[int, ...], ...]  # [bs][gamma] in 0..15
+    verify_lens: Optional[Tuple[int, ...]] = None
+    greedy: Optional[Tuple[bool, ...]] = None
+
+    @property
+    def bs(self) -> int:
+        return len(self.candidates)
+
+    @property
+    def seed(self) -> int:  # the engine's own randomness (sample_block) is keyed by the values
+        return hash((self.candidates, self.logits)) & 0x7FFFFFFF
+
+
+@dataclass(frozen=True)
+class DyadicCase:
+    """Probabilities and coins on a dyadic grid, every value drawn: target and draft rows in eighths (the counts of
+    8 hits per row), coins in sixteenths, so ``u * q(d)`` and ``p(d)`` compare exactly in any float dtype and exact
+    ties ``u * q(d) == p(d)`` are common; drafts are any id in [0, V)."""
+
+    vocab: int
+    gamma: int
+    candidates: Tuple[Tuple[int, ...], ...]  # [bs][gamma+1]
+    target_eighths: Tuple[Tuple[Tuple[int, ...], ...], ...]  # [bs][gamma+1][V]
+    draft_eighths: Optional[Tuple[Tuple[Tuple[int, ...], ...], ...]]  # [bs][gamma][V]; None: one-hot draft (q(d) = 1)
+    coins_sixteenths: Tuple[Tuple[int, ...], ...]  # [bs][gamma]
     verify_lens: Optional[Tuple[int, ...]] = None
     dtype: str = "float32"
+
+    @property
+    def bs(self) -> int:
+        return len(self.candidates)
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
-"""Verify batches: Hypothesis draws the shape, the row families and a seed; torch builds the tensors.
+"""Verify batches, two ways.
 
-Drawing every float through Hypothesis would be slow and shrink badly, so a
-case is a small recipe (`VerifyCase`) and `build` turns it into tensors with a
-seeded ``torch.Generator``. Hypothesis still shrinks what matters for reading a
-failure: bs, gamma, vocabulary, the family names, the caps.
+A recipe (`VerifyCase`): Hypothesis draws the shape, the row families and a seed, and `build` makes the
+tensors with a seeded ``torch.Generator``; it reaches shapes (ties, bimodal, long tails, zero columns) at
+sizes up to bs 16, V 64, gamma 8, and shrinks bs, gamma, the vocabulary, the family names and the caps.
+Values (`ValueCase`): small batches whose every entry Hypothesis draws (integer logits, eighths, sixteenths),
+so a counterexample shows the values and shrinks them. `any_cases` draws either.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch
 from hypothesis import strategies as st
 
 from contracts import oracle
-from contracts.boundary.verify import DyadicCase, MarkovCase, VerifyCase, VerifyInputs
+from contracts.boundary.verify import DyadicCase, MarkovCase, ValueCase, VerifyCase, VerifyInputs
 
 # Probability-row shape families. Each maps (generator, rows, vocab) -> float64 [rows, vocab], rows sum to 1.
 FAMILIES = ("sparse", "one_hot", "bimodal", "near_uniform", "long_tail", "ties", "zero_columns", "dense")
@@ -103,8 +104,10 @@ def _drafts(gen, mode: str, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     raise ValueError(f"draft_mode: unknown draft mode {mode!r}")
 
 
-def build(case: VerifyCase) -> VerifyInputs:
-    """The tensors of a case; a pure function of the case (seeded generator)."""
+def build(case) -> VerifyInputs:
+    """The tensors of a case; a pure function of the case (seeded generator, or its drawn values)."""
+    if isinstance(case, ValueCase):
+        return build_values(case)
     gen = torch.Generator().manual_seed(case.seed)
     bs, gamma, v = case.bs, case.gamma, case.vocab
     dtype = getattr(torch, case.dtype)
@@ -181,44 +184,84 @@ def verify_cases(draw, *, min_bs=0, max_bs=16, max_vocab=64, max_gamma=8, capped
                       temperature, top_k, top_p)
 
 
+def build_values(case: ValueCase) -> VerifyInputs:
+    bs, gamma, v = case.bs, case.gamma, case.vocab
+    logits = torch.tensor(case.logits, dtype=torch.float64).reshape(bs, gamma + 1, v)  # bs 0: empty of that shape
+    q = None if case.draft_eighths is None else torch.tensor(case.draft_eighths, dtype=torch.float64).reshape(bs, gamma, v) / 8
+    return VerifyInputs(
+        candidates=torch.tensor(case.candidates, dtype=torch.int64).reshape(bs, gamma + 1),
+        target_logits=logits, target_probs=torch.softmax(logits, -1), draft_probs=q,
+        coins=torch.tensor(case.coins_sixteenths, dtype=torch.float64).reshape(bs, gamma) / 16,
+        resample_noise=torch.ones(bs, v, dtype=torch.float64),
+        verify_lens=None if case.verify_lens is None else torch.tensor(case.verify_lens, dtype=torch.int64),
+        greedy_mask=torch.zeros(bs, dtype=torch.bool) if case.greedy is None else torch.tensor(case.greedy, dtype=torch.bool),
+        prefix_lens=torch.zeros(bs, dtype=torch.int64))
+
+
+def _eighths(draw, v: int, label: str) -> tuple:
+    """A draft row: 8 hits on tokens (so eighths summing to 1); shrinks towards all mass on token 0."""
+    hits = draw(st.lists(st.integers(0, v - 1), min_size=8, max_size=8), label=label)
+    return tuple(hits.count(t) for t in range(v))
+
+
+@st.composite
+def value_cases(draw, *, min_bs=0, max_bs=4, max_vocab=6, max_gamma=4, mixed=None) -> ValueCase:
+    """bs 0..4, vocabulary 2..6, gamma 1..4, every value drawn: logits in 0..3 (ties), drafts in [0, V)."""
+    bs = draw(st.integers(min_bs, max_bs), label="bs")
+    gamma = draw(st.integers(1, max_gamma), label="gamma")
+    v = draw(st.integers(2, max_vocab), label="vocab")
+    ints = lambda n, hi, label: tuple(draw(st.lists(st.integers(0, hi), min_size=n, max_size=n), label=label))  # noqa: E731
+    cand = tuple(ints(gamma + 1, v - 1, f"candidates {b}") for b in range(bs))
+    logits = tuple(tuple(ints(v, 3, f"logits {b},{j}") for j in range(gamma + 1)) for b in range(bs))
+    one_hot = draw(st.booleans(), label="one_hot_draft")
+    q = None if one_hot else tuple(tuple(_eighths(draw, v, f"draft row {b},{j}") for j in range(gamma)) for b in range(bs))
+    coins = tuple(ints(gamma, 15, f"coins {b}") for b in range(bs))
+    lens = _caps(draw, bs, gamma) if draw(st.booleans(), label="capped") else None
+    greedy = None
+    if mixed if mixed is not None else draw(st.booleans(), label="mixed"):
+        greedy = tuple(draw(st.booleans(), label=f"greedy {b}") for b in range(bs))
+    return ValueCase(v, gamma, cand, logits, q, coins, lens, greedy)
+
+
+def any_cases(*, min_bs=0, mixed=None):
+    """Recipes (large, shaped) or drawn values (small, shrinkable), half each."""
+    return st.one_of(verify_cases(min_bs=min_bs, mixed=mixed), value_cases(min_bs=min_bs, mixed=mixed))
+
+
 # A regression example: ties in the target, a one-hot draft, and caps of 1 and gamma+1.
 TIE_CASE = VerifyCase(bs=3, gamma=3, vocab=5, target_family="ties", draft_family="one_hot", draft_mode="tie_high",
                       seed=7, verify_lens=(1, 4, 2), greedy=(True, False, True))
 
 
 def build_dyadic(case: DyadicCase) -> VerifyInputs:
-    """Rows with mass in multiples of 1/8 (zeros common), coins in multiples of 1/16, drafts anywhere."""
-    gen = torch.Generator().manual_seed(case.seed)
     bs, gamma, v = case.bs, case.gamma, case.vocab
     dtype = getattr(torch, case.dtype)
-
-    def eighths(n):
-        hits = torch.randint(0, v, (n, 8), generator=gen)
-        return torch.zeros(n, v, dtype=torch.float64).scatter_add_(1, hits, torch.full((n, 8), 1 / 8, dtype=torch.float64))
-
-    p = eighths(bs * (gamma + 1)).reshape(bs, gamma + 1, v)
-    q = eighths(bs * gamma).reshape(bs, gamma, v)
-    cand = torch.randint(0, v, (bs, gamma + 1), generator=gen)
-    # Half the drafts come from q (so most have q > 0), the rest uniform (q = 0 and p = 0 both occur).
-    from_q = torch.multinomial(q.reshape(-1, v), 1, generator=gen).reshape(bs, gamma) if bs else cand[:, 1:]
-    cand[:, 1:] = torch.where(torch.rand(bs, gamma, generator=gen) < 0.5, from_q, cand[:, 1:])
-    probs = p.to(dtype)
+    p = (torch.tensor(case.target_eighths, dtype=torch.float64).reshape(bs, gamma + 1, v) / 8).to(dtype)
+    q = None if case.draft_eighths is None else torch.tensor(case.draft_eighths, dtype=torch.float64).reshape(bs, gamma, v) / 8
     return VerifyInputs(
-        candidates=cand, target_logits=probs, target_probs=probs,
-        draft_probs=None if case.one_hot else q.to(dtype),
-        coins=(torch.randint(0, 16, (bs, gamma), generator=gen).to(torch.float64) / 16).to(dtype),
-        resample_noise=(1.0 / torch.empty(bs, v, dtype=torch.float64).exponential_(generator=gen).clamp_min(1e-30)).to(dtype),
+        candidates=torch.tensor(case.candidates, dtype=torch.int64).reshape(bs, gamma + 1), target_logits=p,
+        target_probs=p, draft_probs=None if q is None else q.to(dtype),
+        coins=(torch.tensor(case.coins_sixteenths, dtype=torch.float64).reshape(bs, gamma) / 16).to(dtype),
+        resample_noise=torch.ones(bs, v, dtype=dtype),
         verify_lens=None if case.verify_lens is None else torch.tensor(case.verify_lens, dtype=torch.int64),
         greedy_mask=torch.zeros(bs, dtype=torch.bool), prefix_lens=torch.zeros(bs, dtype=torch.int64))
 
 
 @st.composite
-def dyadic_cases(draw) -> DyadicCase:
-    bs = draw(st.integers(1, 16), label="bs")
-    gamma = draw(st.integers(1, 8), label="gamma")
+def dyadic_cases(draw, max_bs=4, max_vocab=6, max_gamma=5) -> DyadicCase:
+    """bs 1..4, vocabulary 2..6, gamma 1..5; shrinks towards mass on token 0, coins 0 and drafts 0."""
+    bs = draw(st.integers(1, max_bs), label="bs")
+    gamma = draw(st.integers(1, max_gamma), label="gamma")
+    v = draw(st.integers(2, max_vocab), label="vocab")
+    rows = lambda n, label: tuple(tuple(_eighths(draw, v, f"{label} {b},{j}") for j in range(n)) for b in range(bs))  # noqa: E731
+    cand = tuple(tuple(draw(st.lists(st.integers(0, v - 1), min_size=gamma + 1, max_size=gamma + 1), label=f"candidates {b}"))
+                 for b in range(bs))
+    p = rows(gamma + 1, "target row")
+    q = None if draw(st.booleans(), label="one_hot") else rows(gamma, "draft row")
+    coins = tuple(tuple(draw(st.lists(st.integers(0, 15), min_size=gamma, max_size=gamma), label=f"coins {b}"))
+                  for b in range(bs))
     lens = _caps(draw, bs, gamma) if draw(st.booleans(), label="capped") else None
-    return DyadicCase(bs, gamma, draw(st.integers(2, 12), label="vocab"), draw(st.booleans(), label="one_hot"),
-                      draw(seeds, label="seed"), lens, draw(st.sampled_from(("float32", "float64")), label="dtype"))
+    return DyadicCase(v, gamma, cand, p, q, coins, lens, draw(st.sampled_from(("float32", "float64")), label="dtype"))
 
 
 def build_markov(case: MarkovCase):

@@ -248,8 +248,8 @@ def build_dyadic(case: DyadicCase) -> VerifyInputs:
 
 
 @st.composite
-def dyadic_cases(draw, max_bs=4, max_vocab=6, max_gamma=5) -> DyadicCase:
-    """bs 1..4, vocabulary 2..6, gamma 1..5; shrinks towards mass on token 0, coins 0 and drafts 0."""
+def dyadic_cases(draw, max_bs=3, max_vocab=5, max_gamma=4) -> DyadicCase:
+    """bs 1..3, vocabulary 2..5, gamma 1..4; shrinks towards mass on token 0, coins 0 and drafts 0."""
     bs = draw(st.integers(1, max_bs), label="bs")
     gamma = draw(st.integers(1, max_gamma), label="gamma")
     v = draw(st.integers(2, max_vocab), label="vocab")

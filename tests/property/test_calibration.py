@@ -1,0 +1,37 @@
+"""The statistical gate's false-alarm rate and power, measured by simulation on the tests each contract really runs
+(contracts.calibration). The CPU tests check the recording; the nightly one measures every family at the operating
+budget (the README's table comes from `python -m contracts.calibration`, 1e6 simulated runs per test)."""
+
+import pytest
+
+from contracts import calibration, stats
+from contracts.adapters.reference import ReferenceAdapter
+
+
+def test_recording_keeps_the_tests_the_gate_judged():
+    family = calibration.record("LOSSLESS-003", ReferenceAdapter())
+    assert len(family.tests) == 8  # 2 draft kinds x 4 positions
+    assert {alpha for *_, alpha in family.tests} == {stats.FAMILY_ALPHA / (stats.TAIL_SAFETY * 8)}
+    assert all(n == 40_000 and abs(float(law.sum()) - 1) < 1e-9 for _, law, n, _ in family.tests)
+
+
+def test_a_contract_without_a_gate_is_refused():
+    with pytest.raises(ValueError, match="contract_id: VERIFY-001 ran no statistical gate"):
+        calibration.record("VERIFY-001", ReferenceAdapter())
+
+
+def test_a_small_measurement_reports_rates_and_power():
+    family = calibration.measure(calibration.record("LOSSLESS-004", ReferenceAdapter()), draws=2000, power_draws=200)
+    assert family.draws == 2000 and len(family.hits) == len(family.tests)
+    assert 0 <= family.rate <= family.upper < 0.01
+    weakest, strongest = family.power[0.05]
+    assert weakest == strongest == 1.0
+    assert "| LOSSLESS-004 | 8 |" in calibration.table([family])
+
+
+@pytest.mark.nightly
+@pytest.mark.parametrize("cid", calibration.STAT_CONTRACTS)
+def test_false_alarm_rate_is_within_the_budget(cid):
+    family = calibration.measure(calibration.record(cid, ReferenceAdapter()), draws=300_000, power_draws=500)
+    assert family.rate <= stats.FAMILY_ALPHA, calibration.table([family])
+    assert family.upper <= 1.25 * stats.FAMILY_ALPHA, calibration.table([family])

@@ -3,7 +3,7 @@ laws the accept scores with that are not the ones sampled, and a PD decode that 
 
 import torch
 
-from dspark import disaggregation, sampling, verify
+from dspark import disaggregation, overlap_utils, sampling, verify
 from dspark.engine import DSparkEngine
 from dspark.engine_types import SamplingParams
 from dspark.verify import AcceptOut, Finalized
@@ -143,6 +143,17 @@ def _admit_marking_pd(self, handoffs, *, prebuilt):
         st.via_pd = getattr(st, "via_pd", False) or (prebuilt and st.rid in {h.rid for h in handoffs})
 
 
+RING = 8  # the largest captured graph batch
+
+
+def _relay_rows_wrap(self, name, indices):
+    """The relay addressed modulo a ring of 8 rows: right until more than 8 requests are live at once."""
+    from dspark import _validate
+
+    _validate.int_tensor(name, indices)
+    return (indices % RING).to(device=self.device, dtype=torch.int64)
+
+
 MUTANTS = [
     Mutant("look-ahead-verify-cap", ("DIST-001",), lambda mp: mp.setattr(DSparkEngine, "plan_verify_lens", _look_ahead_cap)),
     Mutant("resample-from-p-not-residual", ("DIST-001",), lambda mp: mp.setattr(verify, "mixed_accept", _resample_from_p)),
@@ -166,6 +177,8 @@ MUTANTS = [
            lambda mp: mp.setattr(DSparkEngine, "_target_probs", _target_law_without_top_p)),
     Mutant("draft-law-truncated-like-the-target", ("LOOP-006",),
            lambda mp: mp.setattr(DSparkEngine, "_target_probs", _draft_law_truncated_like_the_target)),
+    Mutant("relay-rows-wrap-at-the-ring-size", ("LOOP-002",),
+           lambda mp: mp.setattr(overlap_utils.FutureMap, "_rows", _relay_rows_wrap)),
     Mutant("pd-decode-stops-speculating", ("LOOP-007",),
            lambda mp: (mp.setattr(DSparkEngine, "plan_verify_lens", _pd_rows_stop_speculating),
                        mp.setattr(DSparkEngine, "_admit", _admit_marking_pd))),

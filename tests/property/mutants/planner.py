@@ -65,6 +65,13 @@ def _leftover_on_first_pad_row(verify_lens, graph_num_tokens, padded_bs, cap=Non
     return torch.cat([lens, pad])
 
 
+def _pad_rows_never_empty(verify_lens, graph_num_tokens, padded_bs, cap=None):
+    """Every pad row gets at least one token: right unless the leftover is smaller than the pad rows."""
+    out = _real_pad(verify_lens, graph_num_tokens, padded_bs, cap)
+    out[verify_lens.shape[0]:] = out[verify_lens.shape[0]:].clamp(min=1)
+    return out
+
+
 _real_plan_step = planner.plan_step
 
 
@@ -98,6 +105,8 @@ MUTANTS = [
            lambda mp: mp.setattr(planner.RaggedVerifyLayout, "scatter", _scatter_shifted)),
     Mutant("forced-fraction-ignored-by-verify-all", ("PLAN-010",),
            lambda mp: mp.setattr(planner, "plan_step", _forced_fraction_ignored_when_flat)),
+    Mutant("zero-length-pad-rows-get-a-token", ("PLAN-009",), lambda mp: mp.setattr(planner, "pad_verify_lens_to_bucket",
+                                                                              _pad_rows_never_empty)),
     Mutant("bucket-leftover-on-first-pad-row", ("PLAN-009",),
            lambda mp: mp.setattr(planner, "pad_verify_lens_to_bucket", _leftover_on_first_pad_row)),
 ]

@@ -34,12 +34,14 @@ class RankStep:
     rank: int
     step: int
     bs: int
-    forward_mode: str  # the draft ForwardBatch's mode: IDLE on an idle rank
+    forward_mode: str  # the draft forward batch's mode: IDLE on an idle rank
     raw_counts: Tuple[int, ...]  # the gathered per-rank request counts
-    original_global_num_tokens_cpu: Optional[Tuple[int, ...]]
-    global_num_tokens_cpu: Optional[Tuple[int, ...]]
-    global_num_tokens_gpu: Optional[Tuple[int, ...]]  # device copy, as values
-    global_num_tokens_for_logprob_cpu: Optional[Tuple[int, ...]]
+    # The draft forward batch's DP counts, under the DP level's neutral names (contracts.boundary.dp): per rank,
+    # the raw request counts, the token counts (host and device copy, as values) and the logprob token counts.
+    rank_request_counts: Optional[Tuple[int, ...]]
+    rank_token_counts: Optional[Tuple[int, ...]]
+    rank_token_counts_device: Optional[Tuple[int, ...]]
+    rank_logprob_token_counts: Optional[Tuple[int, ...]]
     graph_bs: Optional[int]  # the CUDA-graph batch-size bucket; None = no graph fits
     local_verify_tier: int  # -1 = no budget
     gathered_verify_tiers: Tuple[int, ...]

@@ -59,25 +59,26 @@ def _largest_plan(bs, budget, T):
     return bs + max(reachable)
 
 
-@contract("RANKS-001", "every DP rank, idle ones included, holds the same global_num_tokens: each rank's request count x "
-          "draft width Q, in rank order; the device copy and the logprob counts agree",
+@contract("RANKS-001", "every DP rank, idle ones included, holds the same per-rank token counts (rank_token_counts; "
+          "SGLang's global_num_tokens): each rank's request count x draft width Q, in rank order; the device copy and the "
+          "logprob counts agree",
           requires={RANKS})
 def same_scaled_counts_on_every_rank(engine):
     for scenario, s, r, o in _each(engine):
         scaled = tuple(c * scenario.draft_width for c in scenario.batch_sizes[s])
-        expect_equal(_at(scenario, s, r, "global_num_tokens_cpu"), scaled, o.global_num_tokens_cpu)
-        expect_equal(_at(scenario, s, r, "global_num_tokens_gpu (values)"), scaled, o.global_num_tokens_gpu)
-        expect_equal(_at(scenario, s, r, "global_num_tokens_for_logprob_cpu"), scaled, o.global_num_tokens_for_logprob_cpu)
+        expect_equal(_at(scenario, s, r, "rank_token_counts"), scaled, o.rank_token_counts)
+        expect_equal(_at(scenario, s, r, "rank_token_counts_device (values)"), scaled, o.rank_token_counts_device)
+        expect_equal(_at(scenario, s, r, "rank_logprob_token_counts"), scaled, o.rank_logprob_token_counts)
 
 
-@contract("RANKS-002", "every DP rank, idle ones included, holds the same original_global_num_tokens_cpu: the gathered "
-          "per-rank request counts, unscaled",
+@contract("RANKS-002", "every DP rank, idle ones included, holds the same per-rank request counts (rank_request_counts; "
+          "SGLang's original_global_num_tokens_cpu): the gathered per-rank request counts, unscaled",
           requires={RANKS})
 def same_raw_counts_on_every_rank(engine):
     for scenario, s, r, o in _each(engine):
         raw = tuple(scenario.batch_sizes[s])
         expect_equal(_at(scenario, s, r, "gathered request counts"), raw, o.raw_counts)
-        expect_equal(_at(scenario, s, r, "original_global_num_tokens_cpu"), raw, o.original_global_num_tokens_cpu)
+        expect_equal(_at(scenario, s, r, "rank_request_counts"), raw, o.rank_request_counts)
 
 
 @contract("RANKS-003", "every DP rank picks the same CUDA-graph batch size: the smallest captured bucket >= the largest "

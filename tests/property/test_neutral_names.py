@@ -1,10 +1,12 @@
-"""The DP level's contract modules name no engine's attributes: adapters map their engine's names onto the neutral ones.
+"""The DP and ranks levels' contract modules name no engine's attributes: adapters map their engine's names onto the
+neutral ones.
 
 Exact for the DP level (contracts/boundary/dp.py, contracts/catalog/dp_sync.py, contracts/strategies/dp.py): none
 of SGLang's or vLLM's DP attribute names appears in them, apart from the level's protocol method names, which
 live in contracts.protocol's capability table. Both adapters' name maps cover every neutral field.
 """
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from contracts.boundary import dp
 
 ROOT = Path(__file__).resolve().parents[2]
 DP_MODULES = ("contracts/boundary/dp.py", "contracts/catalog/dp_sync.py", "contracts/strategies/dp.py")
+RANKS_MODULES = ("contracts/boundary/ranks.py", "contracts/catalog/ranks.py", "contracts/strategies/ranks.py")
 # SGLang 0.5.23's ForwardBatch / ScheduleBatch / spec-info names and vLLM 0.32's DP names for the same things.
 ENGINE_NAMES = (
     "original_global_num_tokens_cpu", "global_num_tokens_cpu", "global_num_tokens_gpu", "global_num_tokens_for_logprob",
@@ -28,17 +31,18 @@ PROTOCOL_METHODS = ("init_mlp_sync_metadata", "scale_global_num_tokens", "local_
 
 
 def _code_names(path: str) -> str:
-    text = (ROOT / path).read_text()
+    # A statement may name SGLang's attribute for a reader, as "SGLang's NAME"; that mention is not a use.
+    text = re.sub(r"SGLang's \w+", "<engine's name>", (ROOT / path).read_text())
     for name in PROTOCOL_METHODS:
         text = text.replace(name, "<protocol method>")
     return text
 
 
-@pytest.mark.parametrize("path", DP_MODULES)
+@pytest.mark.parametrize("path", DP_MODULES + RANKS_MODULES)
 def test_dp_level_modules_name_no_engine_attribute(path):
     text = _code_names(path)
     found = sorted(name for name in ENGINE_NAMES if re.search(rf"(?<![A-Za-z_]){re.escape(name)}(?![A-Za-z_])", text))
-    assert not found, f"{path} names engine attributes {found}; use the neutral names of contracts.boundary.dp"
+    assert not found, f"{path} names engine attributes {found}; use the neutral names of contracts.boundary.dp/ranks"
 
 
 @pytest.mark.parametrize("adapter", ("contracts/adapters/reference/dp.py", "contracts/adapters/sglang/dp.py"))
@@ -46,3 +50,12 @@ def test_adapters_map_every_neutral_dp_field(adapter):
     text = (ROOT / adapter).read_text()
     mapping = dict(re.findall(r'^\s+"(\w+)": "(\w+)",$', text.split("FIELD_NAMES = {", 1)[1].split("}", 1)[0], re.M))
     assert set(mapping) == set(dp.ALL_FIELDS), f"{adapter}: FIELD_NAMES does not cover {set(dp.ALL_FIELDS) ^ set(mapping)}"
+
+
+def test_reference_ranks_adapter_maps_every_neutral_count_field():
+    from contracts.adapters.reference import ranks as reference_ranks
+    from contracts.boundary.ranks import RankStep
+
+    counts = {f.name for f in dataclasses.fields(RankStep) if f.name.startswith("rank_")}
+    assert set(reference_ranks.FIELD_NAMES) == counts, set(reference_ranks.FIELD_NAMES) ^ counts
+    assert set(reference_ranks.FIELD_NAMES) <= set(dp.ALL_FIELDS)  # the DP level's own names for the same counts

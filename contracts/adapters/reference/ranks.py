@@ -52,13 +52,20 @@ def _tuples(v):
     return None if v is None else tuple(v)
 
 
+# The ranks level's neutral names (contracts.boundary.ranks.RankStep) -> the rank program's observation keys (the
+# reference ForwardBatch's attributes, SGLang's names).
+FIELD_NAMES = {
+    "rank_request_counts": "original_global_num_tokens_cpu",
+    "rank_token_counts": "global_num_tokens_cpu",
+    "rank_token_counts_device": "global_num_tokens_gpu",
+    "rank_logprob_token_counts": "global_num_tokens_for_logprob_cpu",
+}
+
+
 def _step(o: dict) -> RankStep:
     return RankStep(
         rank=o["rank"], step=o["step"], bs=o["bs"], forward_mode=o["forward_mode"], raw_counts=tuple(o["raw_counts"]),
-        original_global_num_tokens_cpu=_tuples(o["original_global_num_tokens_cpu"]),
-        global_num_tokens_cpu=_tuples(o["global_num_tokens_cpu"]),
-        global_num_tokens_gpu=_tuples(o["global_num_tokens_gpu"]),
-        global_num_tokens_for_logprob_cpu=_tuples(o["global_num_tokens_for_logprob_cpu"]),
+        **{field: _tuples(o[key]) for field, key in FIELD_NAMES.items()},
         graph_bs=o["graph_bs"], local_verify_tier=o["local_verify_tier"],
         gathered_verify_tiers=tuple(o["gathered_verify_tiers"]), verify_tier=o["verify_tier"],
         local_rows=tuple(map(tuple, o["local_rows"])), gathered_rows=tuple(map(tuple, o["gathered_rows"])),
@@ -119,6 +126,17 @@ def run_tp(scenario: TpScenario, program, backend: str = "gloo") -> TpRun:
         return TpRun(scenario, (), RankRunFailure(e.rank, e.kind, str(e)))
     return TpRun(scenario, tuple(TpRankResult(**{k: (v if k == "rank" else tuple(v)) for k, v in obs[0].items()})
                                  for obs in result.observations), None)
+
+
+def run_ranks(world_size: int, payload, program, backend: str = "gloo"):
+    """`program` on `world_size` rank processes started by the project's DP runner (the payload in its config):
+    (per-rank observations, None), or ((), "rank R failed (kind): message")."""
+    cfg = dp_runner.DpRunConfig(world_size=world_size, batch_sizes=((0,) * world_size,), gamma=1, max_running_requests=1,
+                                timeout_s=float(dp_runner.DEFAULT_TIMEOUT_S), payload=payload)
+    try:
+        return dp_runner.run_dp(cfg, program=program, backend=backend).observations, None
+    except dp_runner.RankFailure as e:
+        return (), f"rank {e.rank} failed ({e.kind}): {e}"
 
 
 class TpProgram:

@@ -14,6 +14,7 @@ from typing import FrozenSet, Mapping, Optional, Protocol, Tuple, runtime_checka
 # Levels (design card: handoff, dp-metadata, verify, planner, step, ranks).
 HANDOFF = "handoff"  # build the decode-side draft input from a PD handoff; a FutureMap relay
 DP_METADATA = "dp-metadata"  # draft forward batch DP/MoE sync metadata; count scaling
+DP_PADDING = "dp-metadata.padding"  # how many tokens each DP rank runs once the ranks agree (graphs, microbatches)
 VERIFY = "verify"  # greedy accept, finalize, and chain sampling with the engine's own randomness (sample_block)
 VERIFY_INJECTED_NOISE = "verify.injected-noise"  # sampling/mixed accept that take coins and resample noise as input
 VERIFY_EMPTY_BATCH = "verify.empty-batch"  # verify ops accept bs == 0 (a DP-idle rank's batch)
@@ -63,6 +64,7 @@ CAPABILITIES: Mapping[str, Capability] = {
         "prepare_for_decode", "resolve_relay")),
     DP_METADATA: Capability("contracts.boundary.dp:DpMetadataLevel", (
         "fill_draft_dp_metadata", "init_mlp_sync_metadata", "scale_global_num_tokens", "local_num_token_non_padded")),
+    DP_PADDING: Capability("contracts.boundary.dp:DpPaddingLevel", ("coordinate_dp_padding",)),
     VERIFY: Capability("contracts.boundary.verify:VerifyLevel", ("greedy_accept", "finalize", "sample_block")),
     VERIFY_INJECTED_NOISE: Capability("contracts.boundary.verify:VerifyLevel", ("sampling_accept", "mixed_accept")),
     VERIFY_EMPTY_BATCH: Capability(None),

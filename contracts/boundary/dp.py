@@ -74,3 +74,43 @@ class DpMetadataLevel(Protocol):
     def init_mlp_sync_metadata(self, case: DpSyncCase) -> DpSyncObservation: ...  # the generic fill, draft worker, same inputs
     def scale_global_num_tokens(self, counts, logprob_counts, width: int, logprob_width: int) -> Tuple[list, list]: ...
     def local_num_token_non_padded(self, case: LocalTokensCase) -> list: ...  # per attention-TP rank, in rank order
+
+
+# DP padding: before a step's forward the DP ranks agree how many tokens each runs. Ranks that run in lockstep
+# (replaying captured graphs, or splitting the step into microbatches) must run the same count.
+@dataclass(frozen=True)
+class DpPaddingCase:
+    steps: Tuple[Tuple[int, ...], ...]  # [step][rank] real tokens the rank scheduled (0 = a DP-idle rank)
+    graph_sizes: Tuple[int, ...]  # captured graph token sizes, strictly increasing; () = no graphs
+    microbatches: int  # 1 = off; n > 1 = a rank may split its step into n microbatches (all ranks or none)
+    microbatch_threshold: int  # a rank asks to microbatch when its forward holds at least this many tokens
+    draft_tokens: int  # draft tokens per request (an engine's dummy step for an idle rank may depend on it)
+
+    @property
+    def world_size(self) -> int:
+        return len(self.steps[0])
+
+
+@dataclass(frozen=True)
+class DpPaddingRank:
+    """What one rank decided for one step."""
+
+    rank: int
+    step: int
+    tokens: int  # tokens its forward holds before DP padding: the real ones, or its dummy step's when idle
+    padded_tokens: int  # tokens it runs after DP padding
+    rank_padded_tokens: Optional[Tuple[int, ...]]  # the per-rank padded counts it holds, in rank order
+    graph: bool  # it replays a captured graph
+    microbatched: bool  # it splits the step into microbatches
+
+
+@dataclass(frozen=True)
+class DpPaddingRun:
+    case: DpPaddingCase
+    ranks: Tuple[Tuple[DpPaddingRank, ...], ...]  # [rank][step]; empty when the run failed
+    failure: Optional[str]  # which rank failed and how
+    wall_s: float = 0.0
+
+
+class DpPaddingLevel(Protocol):
+    def coordinate_dp_padding(self, case: DpPaddingCase) -> DpPaddingRun: ...  # every rank, every step

@@ -13,9 +13,17 @@ import torch
 
 from contracts.boundary.dp import COUNT_FIELDS, FLAG_FIELDS
 from contracts.checks import expect, expect_dtype, expect_equal, expect_values
-from contracts.protocol import DP_METADATA
+from contracts.protocol import DP_METADATA, DP_PADDING
 from contracts.registry import contract
-from contracts.strategies.dp import SEED_CASE, dp_sync_cases, local_tokens_cases, scaling_cases
+from contracts.strategies.dp import (
+    PADDING_CASES,
+    SEED_CASE,
+    dp_padding_cases,
+    dp_sync_cases,
+    local_tokens_cases,
+    scaling_cases,
+)
+from contracts.violation import Mismatch
 
 SCALED = lambda: dp_sync_cases(moe_dp_sync=True, coordination=False, counts_present=True)  # noqa: E731
 COORDINATED = lambda: dp_sync_cases(moe_dp_sync=True, coordination=True, counts_present=True)  # noqa: E731
@@ -144,3 +152,117 @@ def local_counts_add_up(engine, case):
            "local counts", "full ranks first, then the partial one, then empty ones", local)
     expect_equal(f"sum of local counts (global {case.global_count}, width {case.rank_width})", case.global_count,
                  sum(local))
+
+
+# ---- DP padding: how many tokens each DP rank runs after the ranks agree (contracts.boundary.dp.DpPaddingCase) ----
+
+PADDING_BUDGET = 10  # each case (up to 6 steps) is one multi-process run on an engine with real ranks
+
+
+def _padding_run(engine, case):
+    run = engine.coordinate_dp_padding(case)
+    world, n = case.world_size, len(case.steps)
+    if run.failure is not None:
+        raise Mismatch("rank run", f"all {world} ranks, idle ones included, complete every step's coordination",
+                       run.failure)
+    expect_equal("ranks reporting", world, len(run.ranks))
+    for r, steps in enumerate(run.ranks):
+        expect_equal(f"rank {r} steps reported", n, len(steps))
+    return run
+
+
+def _padding_steps(engine, case):
+    """(step, [observation per rank], forward tokens per rank) for every step."""
+    run = _padding_run(engine, case)
+    for s in range(len(case.steps)):
+        obs = [run.ranks[r][s] for r in range(case.world_size)]
+        yield s, obs, [o.tokens for o in obs]
+
+
+def _smallest_size(sizes, tokens):
+    fitting = [g for g in sizes if g >= tokens]
+    return min(fitting) if fitting else None
+
+
+def _expected_lockstep(case, tokens):
+    """(graphs replayed, microbatched, shared count) from first principles: graphs when one captured size covers the
+    largest rank; microbatches when every rank asks and each rank's last part (the shared count split into equal
+    parts, the last taking the rest) holds a real token of it."""
+    graph = _smallest_size(case.graph_sizes, max(tokens)) is not None
+    shared = _smallest_size(case.graph_sizes, max(tokens)) if graph else max(tokens)
+    n = case.microbatches
+    micro = n > 1 and all(t >= case.microbatch_threshold and t > (shared // n) * (n - 1) for t in tokens)
+    return graph, micro, shared
+
+
+@contract("DPPAD-001", "DP padding: every DP rank, idle ones included, completes each step's coordination and holds the "
+          "same per-rank padded counts, one per rank in rank order; each rank runs its own entry, and a busy rank's "
+          "forward holds exactly the tokens it scheduled", requires={DP_PADDING}, cases=dp_padding_cases,
+          max_examples=PADDING_BUDGET, examples=PADDING_CASES)
+def padded_counts_agree(engine, case):
+    for s, obs, _ in _padding_steps(engine, case):
+        first = obs[0].rank_padded_tokens
+        for r, o in enumerate(obs):
+            if case.steps[s][r]:
+                expect_equal(f"step {s} rank {r}: forward tokens", case.steps[s][r], o.tokens)
+            expect(o.tokens >= 0, f"step {s} rank {r}: forward tokens", ">= 0", o.tokens)
+            expect(o.rank_padded_tokens is not None and len(o.rank_padded_tokens) == case.world_size,
+                   f"step {s} rank {r}: per-rank padded counts", f"{case.world_size} entries", o.rank_padded_tokens)
+            expect_equal(f"step {s} rank {r}: per-rank padded counts (rank 0 holds {list(first)})", first,
+                         o.rank_padded_tokens)
+            expect_equal(f"step {s} rank {r}: tokens run (its entry of {list(first)})", first[r], o.padded_tokens)
+
+
+@contract("DPPAD-002", "DP padding only adds tokens: each rank's padded count covers its forward's tokens, and ranks "
+          "that run in lockstep (replaying graphs or microbatching) all run one count, at least the largest rank's",
+          requires={DP_PADDING}, cases=dp_padding_cases, max_examples=PADDING_BUDGET, examples=PADDING_CASES)
+def padding_covers_every_rank(engine, case):
+    for s, obs, tokens in _padding_steps(engine, case):
+        for r, o in enumerate(obs):
+            expect(o.padded_tokens >= tokens[r], f"step {s} rank {r}: tokens run", f">= its {tokens[r]} tokens",
+                   o.padded_tokens)
+        if any(o.graph or o.microbatched for o in obs):
+            counts = [o.padded_tokens for o in obs]
+            expect(len(set(counts)) == 1 and counts[0] >= max(tokens), f"step {s}: tokens run in lockstep",
+                   f"one count >= the largest rank's {max(tokens)} (tokens {tokens})", counts)
+
+
+@contract("DPPAD-003", "DP padding with captured graphs: the ranks replay graphs all together or not at all, and "
+          "together exactly when a captured size covers the largest rank's tokens; then every rank runs the smallest "
+          "captured size >= that count", requires={DP_PADDING}, cases=dp_padding_cases, max_examples=PADDING_BUDGET,
+          examples=PADDING_CASES)
+def graph_padding_is_the_smallest_size(engine, case):
+    for s, obs, tokens in _padding_steps(engine, case):
+        graph, _, shared = _expected_lockstep(case, tokens)
+        for r, o in enumerate(obs):
+            expect_equal(f"step {s} rank {r}: replays a graph (sizes {list(case.graph_sizes)}, tokens {tokens})", graph,
+                         o.graph)
+            if graph:
+                expect_equal(f"step {s} rank {r}: tokens run (smallest size >= {max(tokens)})", shared, o.padded_tokens)
+
+
+@contract("DPPAD-004", "DP microbatching: the ranks split a step into microbatches all together or not at all, and "
+          "together exactly when it is on, every rank's tokens reach the threshold and every rank's last microbatch "
+          "(the shared count in equal parts, the last taking the rest) holds one of its real tokens; microbatched "
+          "without graphs, every rank runs the largest rank's count", requires={DP_PADDING}, cases=dp_padding_cases,
+          max_examples=PADDING_BUDGET, examples=PADDING_CASES)
+def microbatching_is_all_or_none(engine, case):
+    for s, obs, tokens in _padding_steps(engine, case):
+        graph, micro, shared = _expected_lockstep(case, tokens)
+        for r, o in enumerate(obs):
+            expect_equal(f"step {s} rank {r}: microbatched ({case.microbatches} parts, threshold "
+                         f"{case.microbatch_threshold}, shared {shared}, tokens {tokens})", micro, o.microbatched)
+            if micro and not graph:
+                expect_equal(f"step {s} rank {r}: tokens run microbatched without graphs", max(tokens), o.padded_tokens)
+
+
+@contract("DPPAD-005", "DP padding without lockstep: when the ranks neither replay graphs nor microbatch, no rank is "
+          "padded: each runs exactly its forward's tokens", requires={DP_PADDING}, cases=dp_padding_cases,
+          max_examples=PADDING_BUDGET, examples=PADDING_CASES)
+def no_padding_without_lockstep(engine, case):
+    for s, obs, tokens in _padding_steps(engine, case):
+        graph, micro, _ = _expected_lockstep(case, tokens)
+        if graph or micro:
+            continue
+        for r, o in enumerate(obs):
+            expect_equal(f"step {s} rank {r}: tokens run without lockstep (tokens {tokens})", tokens[r], o.padded_tokens)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from contracts.boundary.dp import DpSyncCase, LocalTokensCase, ScalingCase
+from contracts.boundary.dp import DpPaddingCase, DpSyncCase, LocalTokensCase, ScalingCase
 
 # Seed example from the historical DP-attention startup crash: Q=6, counts [1,3,0,2],
 # the local rank holds 1 request, so 6 draft tokens are not padding.
@@ -67,3 +67,37 @@ def local_tokens_cases(draw) -> LocalTokensCase:
     tp = draw(st.integers(1, 8), label="attn_tp_size")
     width = tp * draw(st.integers(0, 64), label="chunks")
     return LocalTokensCase(draw(st.integers(0, width), label="global_count"), width, tp)
+
+
+# DP padding. Token counts: idle (0), small (inside the graph sizes) and large (past them), so every step can mix
+# ranks that replay a graph with ranks that cannot, and microbatch thresholds on both sides.
+GRAPH_SIZES = (1, 2, 4, 8, 16, 32, 64)
+rank_tokens = st.just(0) | st.integers(1, 70) | st.integers(100, 600)
+
+
+@st.composite
+def dp_padding_cases(draw) -> DpPaddingCase:
+    """2..4 DP ranks, 1..6 steps of per-rank tokens (idle ranks and all-idle steps included), graph sizes from
+    (1, 2, 4, ..., 64) or none, microbatching off or in 2, a threshold 2..64 (at least the number of microbatches),
+    0..4 draft tokens."""
+    world = draw(st.integers(2, 4), label="dp_size")
+    n_steps = draw(st.integers(1, 6), label="steps")
+    steps = tuple(tuple(draw(st.lists(rank_tokens, min_size=world, max_size=world), label="tokens"))
+                  for _ in range(n_steps))
+    sizes = draw(st.just(()) | st.lists(st.sampled_from(GRAPH_SIZES), min_size=1, unique=True).map(sorted),
+                 label="graph_sizes")
+    return DpPaddingCase(steps=steps, graph_sizes=tuple(sizes), microbatches=draw(st.sampled_from((1, 2)), label="microbatches"),
+                         microbatch_threshold=draw(st.integers(2, 64), label="microbatch_threshold"),
+                         draft_tokens=draw(st.integers(0, 4), label="draft_tokens"))
+
+
+# Pinned examples: a mixed graph/eager step, a step whose last microbatch would be empty, idle and all-idle steps,
+# asymmetric counts without graphs.
+PADDING_CASES = (
+    DpPaddingCase(steps=((5, 0), (3, 600), (9, 9), (0, 0), (1, 0)), graph_sizes=(1, 2, 4, 8, 16), microbatches=2,
+                  microbatch_threshold=4, draft_tokens=3),
+    DpPaddingCase(steps=((40, 9, 0), (30, 30, 30), (7, 130, 20)), graph_sizes=(), microbatches=2, microbatch_threshold=5,
+                  draft_tokens=1),
+    DpPaddingCase(steps=((3, 17, 0, 2), (64, 65, 1, 1)), graph_sizes=(2, 8, 32, 64), microbatches=1, microbatch_threshold=2,
+                  draft_tokens=0),
+)

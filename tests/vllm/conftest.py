@@ -20,6 +20,16 @@ def correct_expand(mp):
     mp.setattr(rs.expand_kernel, "_impl", expand_written_back)
 
 
+def correct_dp_padding(mp):
+    """dp_utils._post_process_dp_padding as it should be: the ranks' unpadded tokens when they do not pad together
+    (vLLM returns each rank's own graph-padded count, which it then runs eagerly: ledger, DPPAD-005)."""
+    from vllm.v1.worker import dp_utils
+
+    real = dp_utils._post_process_dp_padding
+    mp.setattr(dp_utils, "_post_process_dp_padding",
+               lambda tensor, should_dp_pad: real(tensor, True) if should_dp_pad else tensor[0, :].cpu())
+
+
 @pytest.fixture(scope="session")
 def vllm_engine():
     reason = vllm_env.vllm_unavailable_reason()

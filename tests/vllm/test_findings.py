@@ -11,12 +11,13 @@ from hypothesis.errors import FlakyFailure
 
 from contracts import ledger
 from contracts.adapters import vllm_env
+from contracts.boundary.dp import DpPaddingCase
 from contracts.boundary.verify import VerifyCase
 from contracts.registry import all_contracts
 from contracts.runner import _call as check_case  # one case, failures as ContractViolation
 from contracts.runner import run_contract
 from contracts.violation import ContractViolation
-from tests.vllm.conftest import correct_expand
+from tests.vllm.conftest import correct_dp_padding, correct_expand
 
 pytestmark = pytest.mark.skipif(vllm_env.vllm_unavailable_reason() is not None,
                                 reason=str(vllm_env.vllm_unavailable_reason()))
@@ -51,6 +52,8 @@ def _draft_ids_refused(mp):
 
 SAMPLED = VerifyCase(bs=1, gamma=1, vocab=4, target_family="sparse", draft_family="sparse", draft_mode="sampled", seed=0,
                      temperature=0.7, top_k=3)
+PADDING_MIXED = DpPaddingCase(steps=((3, 600),), graph_sizes=(1, 2, 4, 8, 16), microbatches=1, microbatch_threshold=2,
+                              draft_tokens=3)
 INVALID_DRAFT = VerifyCase(bs=1, gamma=2, vocab=2, target_family="sparse", draft_family="sparse", draft_mode="sampled",
                            seed=0)
 
@@ -65,10 +68,11 @@ FINDINGS = [
     ("LOSSLESS-005", None, correct_expand),
     ("LOSSLESS-006", None, correct_expand),
     ("VERIFY-012", INVALID_DRAFT, _draft_ids_refused),
+    ("DPPAD-005", PADDING_MIXED, correct_dp_padding),
 ]
 # The expansion's output is uninitialised memory: on some cases it may happen to hold harmless values, so the
 # shrunk case is asserted to fail only where the failure does not depend on them.
-SHRUNK_ALWAYS_FAILS = {"VERIFY-012"}
+SHRUNK_ALWAYS_FAILS = {"VERIFY-012", "DPPAD-005"}
 
 
 @pytest.mark.parametrize("contract_id, case, correct", FINDINGS, ids=[f[0] for f in FINDINGS])

@@ -14,7 +14,7 @@ from hypothesis.errors import FlakyFailure
 from contracts.registry import all_contracts
 from contracts.runner import run_contract
 from contracts.violation import ContractViolation
-from tests.vllm.conftest import correct_expand
+from tests.vllm.conftest import correct_dp_padding, correct_expand
 
 
 def _violation(contract, engine):
@@ -111,6 +111,37 @@ BUGS = [
 ]
 
 
+def _dp_padding_skipped(mp):
+    """DP padding never applied: every rank keeps its own padded count, even when the ranks replay graphs together."""
+    from vllm.v1.worker import dp_utils
+
+    mp.setattr(dp_utils, "_post_process_dp_padding", lambda tensor, should_dp_pad: tensor[1, :].cpu())
+
+
+def _graph_mode_synced_by_max(mp):
+    """The ranks' graph modes synced by the max, not the min: a rank that cannot replay a graph is told to, so every
+    rank pads to the largest count and then runs it eagerly (on top of the DPPAD-005 correction, which vLLM needs)."""
+    from vllm.v1.worker import dp_utils
+
+    correct_dp_padding(mp)
+    mp.setattr(dp_utils, "_post_process_cudagraph_mode", lambda tensor: int(tensor[3, :].max().item()))
+
+
+def _empty_last_microbatch_allowed(mp):
+    """Microbatching no longer aborted when a rank's last microbatch would hold no real token."""
+    from vllm.v1.worker import dp_utils
+
+    mp.setattr(dp_utils, "is_last_ubatch_empty", lambda orig, padded, num_ubatches: False)
+
+
+DP_BUGS = [
+    ("DP padding skipped", _dp_padding_skipped, ("DPPAD-002", "DPPAD-003")),
+    ("graph modes synced by the max", _graph_mode_synced_by_max, ("DPPAD-005",)),
+    ("microbatching with an empty last microbatch", _empty_last_microbatch_allowed, ("DPPAD-004",)),
+]
+BUGS = BUGS + DP_BUGS
+
+
 @pytest.mark.parametrize("patch, contract_id",
                          [pytest.param(p, cid, id=f"{cid}-{name}") for name, p, ids in BUGS for cid in ids])
 def test_reinserted_bug_is_caught(vllm_engine, patch, contract_id):
@@ -120,8 +151,9 @@ def test_reinserted_bug_is_caught(vllm_engine, patch, contract_id):
         violation = _violation(contract, vllm_engine)
     assert violation.contract_id == contract_id and violation.engine == "vllm"
     assert "'vllm'" in violation.repro or "--engine vllm" in violation.repro
-    with pytest.MonkeyPatch.context() as mp:  # the intact engine (its CPU expansion corrected) passes again
+    with pytest.MonkeyPatch.context() as mp:  # the intact engine (its ledger findings corrected) passes again
         correct_expand(mp)
+        correct_dp_padding(mp)
         if contract.cases is None:  # a fixed-scenario contract: no case to shrink
             run_contract(contract, vllm_engine, profile="ci")
         else:

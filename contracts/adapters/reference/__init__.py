@@ -40,7 +40,7 @@ class ReferenceAdapter(ReferenceHandoff, ReferenceDpMetadata, ReferenceKv, Refer
 
     name = "reference"
     version = dspark.__version__
-    capabilities = frozenset({protocol.HANDOFF, protocol.DP_METADATA, protocol.RANKS, protocol.PLANNER, protocol.STEP,
+    capabilities = frozenset({protocol.HANDOFF, protocol.DP_METADATA, protocol.DP_PADDING, protocol.RANKS, protocol.PLANNER, protocol.STEP,
                               protocol.STEP_LAWS,
                               protocol.VERIFY, protocol.VERIFY_INJECTED_NOISE, protocol.VERIFY_EMPTY_BATCH, protocol.VERIFY_PLACEHOLDERS,
                               protocol.KV, protocol.GRAPH, protocol.PLANNER_MIN_VERIFY_LEN, protocol.PLANNER_EMPTY_BATCH,

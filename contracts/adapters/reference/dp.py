@@ -4,8 +4,8 @@ import copy
 
 import torch
 
-from contracts.boundary.dp import ALL_FIELDS, DpSyncCase, DpSyncObservation
-from dspark import forward_batch_info, spec_info
+from contracts.boundary.dp import ALL_FIELDS, DpPaddingCase, DpPaddingRank, DpPaddingRun, DpSyncCase, DpSyncObservation
+from dspark import dp_padding, forward_batch_info, spec_info
 from dspark.draft_input import DraftInput
 from dspark.dspark_draft import DraftBlockProposer
 from dspark.schedule_batch import Req, ReqToTokenPool, ScheduleBatch
@@ -77,3 +77,17 @@ class ReferenceDpMetadata:
     def local_num_token_non_padded(self, case):
         return [forward_batch_info.local_num_token_non_padded(case.global_count, case.rank_width, case.attn_tp_size, r)
                 for r in range(case.attn_tp_size)]
+
+    def coordinate_dp_padding(self, case: DpPaddingCase) -> DpPaddingRun:
+        """Every rank's step through `dspark.dp_padding.coordinate`, in this process: each rank's plan is gathered
+        before any rank decides (the all-gather every rank joins), an idle rank's forward holds 0 tokens."""
+        world, ranks = case.world_size, [[] for _ in range(case.world_size)]
+        for s, row in enumerate(case.steps):
+            plans = [dp_padding.local_plan(row[r], case.graph_sizes, case.microbatches, case.microbatch_threshold)
+                     for r in range(world)]
+            for r in range(world):
+                p = dp_padding.coordinate(r, row[r], case.graph_sizes, case.microbatches, case.microbatch_threshold,
+                                          lambda mine, r=r: plans[:r] + [mine] + plans[r + 1:])
+                ranks[r].append(DpPaddingRank(r, s, row[r], p.padded_tokens, tuple(p.rank_padded_tokens), p.graph,
+                                              p.microbatched))
+        return DpPaddingRun(case, tuple(map(tuple, ranks)), None)

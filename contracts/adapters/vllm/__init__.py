@@ -7,7 +7,8 @@ are listed, with what each can hide, in `runtime`'s and `verify`'s docstrings. v
 (scripts/install_vllm.sh: its pins conflict with SGLang's).
 
 Declared: verify, verify.distributions, verify.chain-sampling (V1 verifies token by token: accept with
-min(1, p/q), else the residual). Not declared: verify.injected-noise (vLLM draws its coins and noise from its
+min(1, p/q), else the residual), dp-metadata.padding (the model runner's DP batch coordination on real gloo ranks:
+`dp`). Not declared: verify.injected-noise (vLLM draws its coins and noise from its
 per-request generators), verify.placeholders (vLLM pads with -1 only up to this batch's longest row; the adapter
 pads the rest, so the convention would be the adapter's, not vLLM's), verify.float64 (vLLM samples in float32),
 verify.empty-batch (the model runner never samples an empty batch), verify.cap-trim (a row's verify length is what
@@ -21,13 +22,14 @@ from __future__ import annotations
 
 from contracts import protocol
 from contracts.adapters import vllm_env
+from contracts.adapters.vllm.dp import VLLMDpPadding
 from contracts.adapters.vllm.verify import VLLMVerify
 
 
-class VLLMAdapter(VLLMVerify):
+class VLLMAdapter(VLLMVerify, VLLMDpPadding):
     name = "vllm"
     device = "cpu"
-    capabilities = frozenset({protocol.VERIFY, protocol.VERIFY_DISTRIBUTIONS, protocol.VERIFY_CHAIN})
+    capabilities = frozenset({protocol.VERIFY, protocol.VERIFY_DISTRIBUTIONS, protocol.VERIFY_CHAIN, protocol.DP_PADDING})
 
     def __init__(self):
         vllm_env.check_vllm_installed()  # every load: one line naming the install command, never a fallback

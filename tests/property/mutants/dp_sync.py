@@ -105,3 +105,66 @@ MUTANTS = [
     Mutant("scaling-drops-idle-ranks", ("SCALE-001",), _set_scale(_drop_idle_ranks)),
     Mutant("scaling-pads-each-rank", ("SCALE-001",), _set_scale(_pad_each_rank)),
 ]
+
+
+# ---- DP padding (dspark.dp_padding): the adapter looks its functions up at call time ----
+
+from dspark import dp_padding  # noqa: E402
+
+_real_agree = dp_padding.agree
+_real_plan = dp_padding.local_plan
+
+
+def _counts_in_reverse_rank_order(rank, plans, microbatches):
+    p = _real_agree(rank, plans, microbatches)
+    return dp_padding.Padding(p.padded_tokens, tuple(reversed(p.rank_padded_tokens)), p.graph, p.microbatched)
+
+
+def _last_rank_forgotten(rank, plans, microbatches):  # the shared count is the max over every rank but the last
+    p = _real_agree(rank, plans, microbatches)
+    if not (p.graph or p.microbatched) or len(plans) < 2:
+        return p
+    head = [q.graph_tokens if p.graph else q.tokens for q in plans[:-1]]
+    counts = tuple([max(head)] * len(plans))
+    return dp_padding.Padding(counts[rank], counts, p.graph, p.microbatched)
+
+
+def _graph_decided_by_rank_zero(rank, plans, microbatches):
+    if plans[0].graph_tokens is None:
+        return _real_agree(rank, plans, microbatches)
+    shared = max(q.tokens for q in plans)
+    sizes = [q.graph_tokens for q in plans if q.graph_tokens is not None]
+    shared = min((g for g in sizes if g >= shared), default=shared)
+    counts = tuple([shared] * len(plans))
+    return dp_padding.Padding(counts[rank], counts, True, False)
+
+
+def _graph_one_size_up(tokens, graph_sizes, microbatches, threshold):  # the smallest size > tokens, not >=
+    plan = _real_plan(tokens, graph_sizes, microbatches, threshold)
+    return dp_padding.RankPlan(plan.tokens, dp_padding.graph_size(tokens + 1, list(graph_sizes)), plan.wants_microbatch)
+
+
+def _empty_last_microbatch_allowed(tokens, shared, microbatches):
+    return True
+
+
+def _padded_without_lockstep(rank, plans, microbatches):
+    p = _real_agree(rank, plans, microbatches)
+    top = max(p.rank_padded_tokens)
+    return dp_padding.Padding(top, tuple([top] * len(plans)), p.graph, p.microbatched)
+
+
+PADDING_MUTANTS = [
+    Mutant("dp-padded-counts-in-reverse-rank-order", ("DPPAD-001",),
+           lambda mp: mp.setattr(dp_padding, "agree", _counts_in_reverse_rank_order)),
+    Mutant("dp-padding-forgets-the-last-rank", ("DPPAD-002",),
+           lambda mp: mp.setattr(dp_padding, "agree", _last_rank_forgotten)),
+    Mutant("dp-graph-replay-decided-by-rank-zero", ("DPPAD-003",),
+           lambda mp: mp.setattr(dp_padding, "agree", _graph_decided_by_rank_zero)),
+    Mutant("dp-graph-size-one-up", ("DPPAD-003",), lambda mp: mp.setattr(dp_padding, "local_plan", _graph_one_size_up)),
+    Mutant("dp-microbatch-with-an-empty-last-part", ("DPPAD-004",),
+           lambda mp: mp.setattr(dp_padding, "last_microbatch_has_tokens", _empty_last_microbatch_allowed)),
+    Mutant("dp-padded-without-lockstep", ("DPPAD-005",),
+           lambda mp: mp.setattr(dp_padding, "agree", _padded_without_lockstep)),
+]
+MUTANTS = MUTANTS + PADDING_MUTANTS

@@ -37,6 +37,7 @@ RANKS = "ranks"
 RANKS_TP = "ranks.tp-sync"  # a tensor-parallel group's verify on real rank processes, with the engine's own sync
 KV = "kv"  # what a decode step reserves in the KV cache, and who writes the allocation lengths
 GRAPH = "graph"  # which captured CUDA graph a live batch is admitted to, and the geometry replayed
+RELAY = "relay.confidence"  # which earlier draft confidence a step's verify budget reads (row reuse, lag)
 DRAFT = "draft"  # the draft forward's positions and KV slots, and the commit of target features into its context
 
 
@@ -86,4 +87,5 @@ CAPABILITIES: Mapping[str, Capability] = {
     KV: Capability("contracts.boundary.kv:KvLevel", ("kv_admission_limit", "kv_page_sizes", "run_kv_steps")),
     GRAPH: Capability("contracts.boundary.graph:GraphLevel", ("graph_admission",)),
     DRAFT: Capability("contracts.boundary.draft:DraftLevel", ("draft_step", "oracle_draft_verify")),
+    RELAY: Capability("contracts.boundary.relay:ConfidenceRelayLevel", ("run_confidence_relay",)),
 }

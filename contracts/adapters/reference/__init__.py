@@ -14,6 +14,7 @@ from contracts.adapters.reference.graph import ReferenceGraph
 from contracts.adapters.reference.handoff import ReferenceHandoff
 from contracts.adapters.reference.kv import ReferenceKv
 from contracts.adapters.reference.ranks import ReferenceRanks
+from contracts.adapters.reference.relay import ReferenceRelay
 from contracts.adapters.reference.verify import ReferenceVerify
 from contracts.validation import placement
 
@@ -33,7 +34,7 @@ def _load_kernels(device: str) -> None:
                          "imported the other way in this process")
 
 
-class ReferenceAdapter(ReferenceHandoff, ReferenceDpMetadata, ReferenceKv, ReferenceGraph, ReferenceDraft,
+class ReferenceAdapter(ReferenceHandoff, ReferenceDpMetadata, ReferenceKv, ReferenceGraph, ReferenceDraft, ReferenceRelay,
                        ReferenceRanks, ReferencePlanner, ReferenceEngine, ReferenceVerify):
     """`device` and `backend` choose where the verify level runs (None: $DSPARK_DEVICE / $DSPARK_BACKEND, else the
     CPU and `auto`, which is Triton on CUDA and torch on the CPU); the other levels run on the CPU whatever they say."""
@@ -41,7 +42,7 @@ class ReferenceAdapter(ReferenceHandoff, ReferenceDpMetadata, ReferenceKv, Refer
     name = "reference"
     version = dspark.__version__
     capabilities = frozenset({protocol.HANDOFF, protocol.DP_METADATA, protocol.DP_PADDING, protocol.RANKS, protocol.PLANNER, protocol.STEP,
-                              protocol.STEP_LAWS,
+                              protocol.STEP_LAWS, protocol.RELAY,
                               protocol.VERIFY, protocol.VERIFY_INJECTED_NOISE, protocol.VERIFY_EMPTY_BATCH, protocol.VERIFY_PLACEHOLDERS,
                               protocol.KV, protocol.GRAPH, protocol.PLANNER_MIN_VERIFY_LEN, protocol.PLANNER_EMPTY_BATCH,
                               protocol.VERIFY_DISTRIBUTIONS, protocol.VERIFY_CHAIN, protocol.VERIFY_CAP_TRIM, protocol.DRAFT,

@@ -21,19 +21,20 @@ from contracts.adapters.sglang.handoff import SGLangHandoff
 from contracts.adapters.sglang.kv import SGLangKv
 from contracts.adapters.sglang.planner import SGLangPlanner
 from contracts.adapters.sglang.ranks import SGLangRanks
+from contracts.adapters.sglang.relay import SGLangRelay
 from contracts.adapters.sglang.runtime import runtime
 from contracts.adapters.sglang.verify import SGLangVerify
 
 
 class SGLangAdapter(SGLangHandoff, SGLangDpMetadata, SGLangKv, SGLangGraph, SGLangPlanner, SGLangDraft, SGLangRanks,
-                    SGLangVerify):
+                    SGLangRelay, SGLangVerify):
     name = "sglang"
     device = "cpu"
     # Not declared: verify.injected-noise (SGLang draws its own coins and Gumbel noise), verify.placeholders
     # (out_tokens past commit_len keep the rejected drafts), step (needs a model runner with weights).
     capabilities = frozenset({protocol.HANDOFF, protocol.DP_METADATA, protocol.KV, protocol.GRAPH, protocol.PLANNER,
                               protocol.DRAFT, protocol.VERIFY, protocol.VERIFY_DISTRIBUTIONS, protocol.VERIFY_CHAIN,
-                              protocol.VERIFY_CAP_TRIM, protocol.RANKS_TP})
+                              protocol.VERIFY_CAP_TRIM, protocol.RANKS_TP, protocol.RELAY})
 
     def __init__(self):
         sglang_env.check_sglang_installed()  # every load: one line naming the install command, never a fallback

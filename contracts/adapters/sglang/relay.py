@@ -1,0 +1,88 @@
+"""Confidence relay level on SGLang: a real `DSparkVerifyPlanner` (cap-accept) with its `HostConfidenceBudgetPlanner`,
+a real `FutureMap` with its `ConfidenceRelay`, and a real `ReqToTokenPool` whose `alloc_rows` / `free_rows` move the
+row generations. Per step, the scheduler's entry points in its order: `prepare_verify_budget` (overlap), then
+`resolve_verify_token_budget`, then after the verify `FutureMap.publish` with the step's confidence (overlap).
+Observed: the survival the budget planner hands `compute_verify_token_budget`. Substituted: the draft model and
+the model runner (the real pool), and the batch as the fields these entry points read.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+
+from contracts.adapters.sglang.runtime import CPU, runtime
+from contracts.boundary.relay import RelayCase, RelayRead
+
+
+class SGLangRelay:
+    @property
+    def confidence_relay_lag(self) -> int:
+        runtime()
+        from sglang.srt.environ import envs
+
+        return max(int(envs.SGLANG_DSPARK_CONFIDENCE_RELAY_LAG_STEPS.get()), 1)
+
+    def _relay_planner(self, case: RelayCase, pool):
+        from sglang.srt.environ import envs
+        from sglang.srt.speculative.dspark_components.dspark_planner import DSparkVerifyPlanner
+        from sglang.srt.speculative.spec_tp_sync import SpecTpSync
+
+        T = case.gamma + 1
+        spec = dict(speculative_dspark_sps_table_path=None, speculative_dspark_confidence_sts_path=None,
+                    speculative_dspark_align_verify_tokens_to_graph_tier=False)
+        with runtime().config(num_draft_tokens=T, overlap=case.overlap, max_running_requests=case.pool_size, spec=spec), \
+                envs.SGLANG_RAGGED_VERIFY_MODE.override("cap-accept"):
+            return DSparkVerifyPlanner(
+                draft_model=SimpleNamespace(confidence_head=object()), gamma=case.gamma,
+                model_runner=SimpleNamespace(req_to_token_pool=pool, decode_cuda_graph_runner=None), device=CPU,
+                tp_rank=0, verify_num_draft_tokens=T, tp_sync=SpecTpSync(SimpleNamespace(world_size=1, rank_in_group=0)))
+
+    def run_confidence_relay(self, case: RelayCase) -> list:
+        rt = runtime()
+        from sglang.srt.managers.overlap_utils import FutureMap
+        from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+        from sglang.srt.model_executor.forward_batch_info import ForwardMode
+        from sglang.srt.speculative.dspark_components import dspark_planner
+        from sglang.srt.speculative.dspark_components.dspark_draft import make_next_draft_input
+        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+        pool = ReqToTokenPool(size=case.pool_size, max_context_len=8, device="cpu", enable_memory_saver=False)
+        planner = self._relay_planner(case, pool)
+        fm = FutureMap(CPU, SpeculativeAlgorithm.DSPARK, pool, needs_cpu_seq_lens=True,
+                       needs_confidence_relay=case.overlap)
+        seen = []
+        real = dspark_planner.compute_verify_token_budget
+
+        def recording(*, history_survival_probs, **kw):
+            seen.append(history_survival_probs.clone())
+            return real(history_survival_probs=history_survival_probs, **kw)
+
+        rows, reads = {}, []
+        dspark_planner.compute_verify_token_budget = recording
+        try:
+            with rt.config(num_draft_tokens=case.gamma + 1, overlap=case.overlap):
+                for s, (step, rids) in enumerate(zip(case.steps, case.batches())):
+                    pool.free_rows([rows.pop(rid) for rid in step.leave])
+                    for rid in step.join:
+                        rows[rid] = pool.alloc_rows(1)[0]
+                    idx = torch.tensor([rows[r] for r in rids], dtype=torch.int64)
+                    conf = torch.tensor([case.confidence(r, s) for r in rids], dtype=torch.float32)
+                    di = make_next_draft_input(bonus_tokens=torch.ones(len(rids), dtype=torch.int64),
+                                               new_seq_lens=torch.ones(len(rids), dtype=torch.int64))
+                    di.future_indices = idx if case.overlap else None
+                    batch = SimpleNamespace(spec_info=di, forward_mode=ForwardMode.DECODE, is_extend_in_batch=False,
+                                            req_pool_indices=idx, req_pool_indices_cpu=idx, batch_size=lambda n=len(rids): n)
+                    seen.clear()
+                    if case.overlap:
+                        planner.prepare_verify_budget(batch, fm)
+                    budget = planner.resolve_verify_token_budget(draft_input=di, confidence=conf,
+                                                                 prefix_lens=torch.zeros_like(idx), req_pool_indices=idx)
+                    survival = None if budget is None or not seen else seen[-1].to(torch.float64).tolist()
+                    reads.append(RelayRead(tuple(rids), survival))
+                    if case.overlap:
+                        fm.publish(idx, torch.ones(len(rids), dtype=torch.int64), confidence=conf)
+        finally:
+            dspark_planner.compute_verify_token_budget = real
+        return reads

@@ -1,0 +1,120 @@
+"""RELAY-001 on unmodified SGLang 0.5.23: off CUDA, the overlap path's confidence relay reads the newest values with the
+reader's generation, so a step's budget reads confidence one step old (the configured lag is 2) and a reused row
+lends its previous occupant's history to the request that takes it. On CUDA the ring records the writer's generation
+and reads `CONFIDENCE_RELAY_RING_LAG` publishes back. Giving the host path the same ring makes the contract pass.
+"""
+
+import pytest
+import torch
+
+from contracts.adapters import sglang_env
+from contracts.registry import all_contracts
+from contracts.runner import _call as check_case
+from contracts.runner import run_contract
+from contracts.strategies.relay import REUSE_CASE
+from contracts.violation import ContractViolation
+
+pytestmark = pytest.mark.skipif(sglang_env.sglang_unavailable_reason() is not None,
+                                reason=str(sglang_env.sglang_unavailable_reason()))
+
+
+@pytest.fixture(scope="module")
+def engine():
+    from contracts.engines import load_engine
+
+    return load_engine("sglang")
+
+
+def _host_ring(mp):
+    """The CUDA path's ring, on the host: copy confidence and writer generations at each publish, read LAG back."""
+    from sglang.srt.managers import overlap_utils as ou
+
+    real_init = ou.ConfidenceRelay._lazy_init
+
+    def lazy_init(self, confidence):
+        real_init(self, confidence)
+        if self.conf_ring is None:
+            depth, gamma = ou.CONFIDENCE_RELAY_RING_DEPTH, confidence.shape[-1]
+            self.conf_ring = torch.zeros((depth, self.req_pool_size, gamma), dtype=torch.float32)
+            self.gen_ring = torch.zeros((depth, self.req_pool_size), dtype=torch.int64)
+
+    def issue_ring_copy(self, *, stream, publish_ready):
+        if not self.initialized:
+            return
+        slot = self.ring_pos % ou.CONFIDENCE_RELAY_RING_DEPTH
+        self.conf_ring[slot].copy_(self.confidence_buf)
+        self.gen_ring[slot].copy_(self.pool.req_generation)
+        self.ring_pos += 1
+
+    def resolve(self, batch, *, stream, publish_ready):
+        fi = None if batch.spec_info is None else batch.spec_info.future_indices
+        if not self.initialized or fi is None or fi.shape[0] == 0 or self.ring_pos < ou.CONFIDENCE_RELAY_RING_LAG:
+            return None
+        slot = (self.ring_pos - ou.CONFIDENCE_RELAY_RING_LAG) % ou.CONFIDENCE_RELAY_RING_DEPTH
+        idx = batch.req_pool_indices_cpu
+        return ou.ResolvedConfidence(confidence=self.conf_ring[slot][idx], generation=self.gen_ring[slot][idx])
+
+    mp.setattr(ou.ConfidenceRelay, "_lazy_init", lazy_init)
+    mp.setattr(ou.ConfidenceRelay, "issue_ring_copy", issue_ring_copy)
+    mp.setattr(ou.ConfidenceRelay, "resolve", resolve)
+
+
+def test_the_host_relay_reads_a_step_too_late_and_lends_a_reused_rows_history(engine):
+    with pytest.raises(ContractViolation) as caught:
+        check_case(all_contracts()["RELAY-001"], engine, REUSE_CASE)
+    assert "step 1: budget" in caught.value.what or "survival the budget read" in caught.value.what
+
+
+def test_a_reused_row_passes_on_the_previous_occupants_history(engine):
+    """Step 2: request 2 takes request 0's row; its budget reads request 0's step-1 confidence."""
+    reads = engine.run_confidence_relay(REUSE_CASE)
+    joined = reads[2].rids.index(2)
+    prior = REUSE_CASE.confidence(0, 1)
+    assert reads[2].survival[joined] == pytest.approx([prior[0], prior[0] * prior[1]])
+
+
+def test_the_ring_on_the_host_passes(engine, monkeypatch):
+    _host_ring(monkeypatch)
+    run_contract(all_contracts()["RELAY-001"], engine, profile="ci")
+
+
+def test_without_overlap_the_planner_carry_already_passes(engine):
+    from dataclasses import replace
+
+    check_case(all_contracts()["RELAY-001"], engine, replace(REUSE_CASE, overlap=False))
+
+
+def _carry_without_generation(mp):
+    """Re-inserted: the budget planner's freshness check forgets the writer's generation."""
+    from sglang.srt.speculative.dspark_components.dspark_planner import HostConfidenceBudgetPlanner
+
+    def survival(self, *, lagged_confidence, lagged_generation, current_generation):
+        k = torch.cumprod(lagged_confidence.to(torch.float32), dim=1)
+        fresh = (current_generation.to(torch.int64) >= 1).view(-1, 1)
+        return torch.where(fresh, k, torch.ones_like(k))
+
+    mp.setattr(HostConfidenceBudgetPlanner, "_two_steps_prior_survival", survival)
+
+
+def _carry_one_step_short(mp):
+    """Re-inserted: the planner's carry holds one step less than the relay lag asks for."""
+    from sglang.srt.speculative.dspark_components.dspark_planner import HostConfidenceBudgetPlanner
+
+    real = HostConfidenceBudgetPlanner.__init__
+
+    def init(self, **kw):
+        real(self, **kw)
+        self.carry_steps = max(self.carry_steps - 1, 0)
+
+    mp.setattr(HostConfidenceBudgetPlanner, "__init__", init)
+
+
+@pytest.mark.parametrize("bug", [_carry_without_generation, _carry_one_step_short], ids=lambda f: f.__name__.strip("_"))
+def test_re_inserted_relay_bugs_are_caught(engine, monkeypatch, bug):
+    """On top of the host-ring correction (so unmodified paths pass), each bug fails RELAY-001 with a shrunk case."""
+    _host_ring(monkeypatch)
+    bug(monkeypatch)
+    with pytest.raises(ContractViolation) as caught:
+        run_contract(all_contracts()["RELAY-001"], engine, profile="ci")
+    assert caught.value.case is not None and caught.value.repro.startswith("python -c")
+    assert "survival the budget read" in caught.value.what

@@ -138,6 +138,11 @@ def scaling_is_elementwise(engine, case):
     scaled, scaled_lp = engine.scale_global_num_tokens(case.counts, case.other_counts, case.width, case.logprob_width)
     expect_equal("scaled counts", [c * case.width for c in case.counts], list(scaled))
     expect_equal("scaled logprob counts", [c * case.logprob_width for c in case.other_counts], list(scaled_lp))
+    # Linear: scaling the sum of two count vectors (a second input) gives the sum of their scalings.
+    summed = [a + b for a, b in zip(case.counts, case.other_counts)]
+    both, _ = engine.scale_global_num_tokens(summed, summed, case.width, case.logprob_width)
+    again, _ = engine.scale_global_num_tokens(case.other_counts, case.other_counts, case.width, case.logprob_width)
+    expect_equal("scaled(counts + other counts)", [a + b for a, b in zip(scaled, again)], list(both))
 
 
 @contract("DPSYNC-008", "attention-TP ranks split a DP rank's tokens: with its width padded to a multiple of the attention-TP "

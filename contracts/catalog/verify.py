@@ -35,7 +35,18 @@ from contracts.scenarios.verify import (
     require_supported,
     verify_step,
 )
-from contracts.strategies.verify import TIE_CASE, any_cases, build, build_dyadic, build_markov, dyadic_cases, markov_cases, verify_cases
+from contracts.strategies.verify import (
+    CAPPED_ACCEPT,
+    PER_ROW_CAPS,
+    TIE_CASE,
+    any_cases,
+    build,
+    build_dyadic,
+    build_markov,
+    dyadic_cases,
+    markov_cases,
+    verify_cases,
+)
 
 INJECTED = {VERIFY, VERIFY_INJECTED_NOISE}
 # The exact laws: probe noise of 2**-200 and a 1e-9 tolerance need float64 arithmetic (verify.float64). An fp32/bf16
@@ -75,7 +86,7 @@ def _both_modes(engine, case):
 
 @contract("VERIFY-001", "0 <= correct_len <= min(gamma, L-1), cap_trim >= 0, correct_len + cap_trim <= gamma, "
           "bonus in [0, V); commit_len = correct_len + 1 in [1, L] and new_seq_lens = prefix_lens + commit_len",
-          requires={VERIFY}, cases=ALL, examples=(TIE_CASE,))
+          requires={VERIFY}, cases=ALL, examples=(TIE_CASE, PER_ROW_CAPS))
 def accept_bounds(engine, case):
     inputs, results = _both_modes(engine, case)
     lens, gamma = inputs.lens(), inputs.gamma
@@ -181,7 +192,7 @@ def greedy_is_plain_greedy_decoding(engine, case):
 @contract("VERIFY-005", "sampling accept count is the longest prefix with q(d) > 0 and u*q(d) < p(d) (strict; q = 1 for a "
           "one-hot draft), capped at L-1; a capped row's bonus is the accepted draft d_L; where the engine counts the drafts "
           "past the cap (verify.cap-trim), cap_trim = raw - correct_len",
-          requires=INJECTED, cases=dyadic_cases)
+          requires=INJECTED, cases=dyadic_cases, examples=(CAPPED_ACCEPT,))
 def accept_rule_exact(engine, case):
     inputs = build_dyadic(case)
     require_supported(engine, inputs)

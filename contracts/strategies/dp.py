@@ -94,7 +94,7 @@ def dp_padding_cases(draw) -> DpPaddingCase:
 # Pinned examples: a mixed graph/eager step, a step whose last microbatch would be empty, idle and all-idle steps,
 # asymmetric counts without graphs.
 PADDING_CASES = (
-    DpPaddingCase(steps=((5, 0), (3, 600), (9, 9), (0, 0), (1, 0)), graph_sizes=(1, 2, 4, 8, 16), microbatches=2,
+    DpPaddingCase(steps=((5, 0), (3, 600), (9, 9), (0, 0), (1, 0), (2, 7)), graph_sizes=(1, 2, 4, 8, 16), microbatches=2,
                   microbatch_threshold=4, draft_tokens=3),
     DpPaddingCase(steps=((40, 9, 0), (30, 30, 30), (7, 130, 20)), graph_sizes=(), microbatches=2, microbatch_threshold=5,
                   draft_tokens=1),

@@ -228,6 +228,15 @@ def any_cases(*, min_bs=0, mixed=None):
     return st.one_of(verify_cases(min_bs=min_bs, mixed=mixed), value_cases(min_bs=min_bs, mixed=mixed))
 
 
+# Both drafts pass (coin 0, q(d) = 1, p(d) = 1/2) but the cap stops at L = 2, so the bonus must be the accepted draft
+# d_2 = 0, while the last target row would draw token 1.
+CAPPED_ACCEPT = DyadicCase(vocab=2, gamma=2, candidates=((0, 0, 0),), target_eighths=(((4, 4), (4, 4), (0, 8)),),
+                           draft_eighths=(((8, 0), (8, 0)),), coins_sixteenths=((0, 0),), verify_lens=(2,), dtype="float64")
+# Two rows whose drafts the greedy target accepts in full, capped at 1 and 3: each row's own cap bounds correct_len.
+PER_ROW_CAPS = ValueCase(vocab=2, gamma=2, candidates=((0, 0, 0), (0, 0, 0)), logits=(((1, 0),) * 3, ((1, 0),) * 3),
+                         draft_eighths=None, coins_sixteenths=((0, 0), (0, 0)), verify_lens=(1, 3))
+
+
 # A regression example: ties in the target, a one-hot draft, and caps of 1 and gamma+1.
 TIE_CASE = VerifyCase(bs=3, gamma=3, vocab=5, target_family="ties", draft_family="one_hot", draft_mode="tie_high",
                       seed=7, verify_lens=(1, 4, 2), greedy=(True, False, True))

@@ -95,6 +95,19 @@ def flaky_violation(failure: BaseException):
     return None
 
 
+def violation_of(contract: Contract, engine, **settings) -> ContractViolation:
+    """Run the contract as `check` does and return the ContractViolation it raised (the one inside a FlakyFailure
+    when the failing case passed on replay); AssertionError when it passed or failed otherwise."""
+    try:
+        run_contract(contract, engine, profile="ci", **settings)
+    except (ContractViolation, FlakyFailure) as failure:
+        violation = flaky_violation(failure)
+        if violation is None:
+            raise AssertionError(f"{contract.id} failed without a ContractViolation: {failure!r}") from failure
+        return violation
+    raise AssertionError(f"{contract.id} passed on {engine.name}: expected it to fail")
+
+
 def run_with_ledger(contract: Contract, engine) -> None:
     """`run_contract`, with the known-failures ledger applied: a failure the ledger describes is an xfail, any
     other failure fails, and a ledger entry whose contract passes fails (the entry must go). A FlakyFailure (the

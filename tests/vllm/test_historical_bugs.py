@@ -9,23 +9,16 @@ case and a repro line. The sampled-path bugs are inserted on top of the correcti
 
 import pytest
 import torch
-from hypothesis.errors import FlakyFailure
 
 from contracts.registry import all_contracts
-from contracts.runner import run_contract
-from contracts.violation import ContractViolation
+from contracts.runner import run_contract, violation_of
 from tests.vllm.conftest import correct_dp_padding, correct_expand
 
 
 def _violation(contract, engine):
-    """The contract's violation at the check's settings; vLLM's uninitialised expansion or an inserted nondeterminism can make a
-    failing case pass on Hypothesis' replay (FlakyFailure): the failure it produced must still be this contract's violation."""
-    with pytest.raises((ContractViolation, FlakyFailure)) as caught:
-        run_contract(contract, engine, profile="ci")  # as `dspark-contracts check` runs it
-    violation = caught.value
-    if isinstance(violation, FlakyFailure):
-        violation = next(e for e in violation.exceptions if isinstance(e, ContractViolation))
-    return violation
+    # vLLM's uninitialised expansion can make a failing case pass on Hypothesis' replay (FlakyFailure): the failure
+    # it produced must still be this contract's violation.
+    return violation_of(contract, engine)
 
 
 def _greedy_bonus_after_rejection(mp):

@@ -4,28 +4,13 @@ import copy
 
 import torch
 
+from contracts.adapters.sglang_names import FIELD_NAMES
 from contracts.boundary.dp import ALL_FIELDS, DpPaddingCase, DpPaddingRank, DpPaddingRun, DpSyncCase, DpSyncObservation
 from dspark import dp_padding, forward_batch_info, spec_info
 from dspark.draft_input import DraftInput
 from dspark.dspark_draft import DraftBlockProposer
 from dspark.schedule_batch import Req, ReqToTokenPool, ScheduleBatch
 from dspark.spec_info import SpecInput
-
-# The DP level's neutral names (contracts.boundary.dp) -> the reference ForwardBatch's attributes (SGLang's names).
-FIELD_NAMES = {
-    "rank_request_counts": "original_global_num_tokens_cpu",
-    "rank_token_counts": "global_num_tokens_cpu",
-    "rank_token_counts_device": "global_num_tokens_gpu",
-    "rank_logprob_token_counts": "global_num_tokens_for_logprob_cpu",
-    "rank_logprob_token_counts_device": "global_num_tokens_for_logprob_gpu",
-    "non_padded_tokens_device": "num_token_non_padded",
-    "non_padded_tokens": "num_token_non_padded_cpu",
-    "global_non_padded_tokens_device": "global_num_token_non_padded",
-    "global_non_padded_tokens": "global_num_token_non_padded_cpu",
-    "graph_replay_allowed": "can_run_decode_cuda_graph",
-    "extend_in_batch": "is_extend_in_batch",
-    "prefill_coordination_applied": "dp_spec_prefill_coordination_applied",
-}
 
 
 def _fields(fb) -> dict:

@@ -14,6 +14,7 @@ import sys
 import time
 from collections import OrderedDict
 
+from contracts.adapters import sglang_names
 from contracts.boundary.ranks import RankRunFailure, RankScenario, RanksRun, RankStep, TpRankResult, TpRun, TpScenario
 from contracts.strategies.ranks import tp_inputs
 from dspark import dp_runner, spec_tp_sync
@@ -52,14 +53,10 @@ def _tuples(v):
     return None if v is None else tuple(v)
 
 
-# The ranks level's neutral names (contracts.boundary.ranks.RankStep) -> the rank program's observation keys (the
-# reference ForwardBatch's attributes, SGLang's names).
-FIELD_NAMES = {
-    "rank_request_counts": "original_global_num_tokens_cpu",
-    "rank_token_counts": "global_num_tokens_cpu",
-    "rank_token_counts_device": "global_num_tokens_gpu",
-    "rank_logprob_token_counts": "global_num_tokens_for_logprob_cpu",
-}
+# The ranks level's neutral count names (contracts.boundary.ranks.RankStep) -> the rank program's observation keys
+# (the reference ForwardBatch's attributes, SGLang's names).
+FIELD_NAMES = {f: sglang_names.FIELD_NAMES[f] for f in
+               ("rank_request_counts", "rank_token_counts", "rank_token_counts_device", "rank_logprob_token_counts")}
 
 
 def _step(o: dict) -> RankStep:

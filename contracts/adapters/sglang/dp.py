@@ -7,26 +7,12 @@ from types import SimpleNamespace
 
 from contracts.adapters.sglang.draft import build_draft_side, idle_participation, propose
 from contracts.adapters.sglang.runtime import CPU, runtime
+from contracts.adapters.sglang_names import FIELD_NAMES
 from contracts.boundary.dp import ALL_FIELDS, DpSyncCase, DpSyncObservation
 
 PREFIX = 10  # committed tokens per request; the fill does not read them
 
 
-# The DP level's neutral names (contracts.boundary.dp) -> SGLang 0.5.23's ForwardBatch attributes.
-FIELD_NAMES = {
-    "rank_request_counts": "original_global_num_tokens_cpu",
-    "rank_token_counts": "global_num_tokens_cpu",
-    "rank_token_counts_device": "global_num_tokens_gpu",
-    "rank_logprob_token_counts": "global_num_tokens_for_logprob_cpu",
-    "rank_logprob_token_counts_device": "global_num_tokens_for_logprob_gpu",
-    "non_padded_tokens_device": "num_token_non_padded",
-    "non_padded_tokens": "num_token_non_padded_cpu",
-    "global_non_padded_tokens_device": "global_num_token_non_padded",
-    "global_non_padded_tokens": "global_num_token_non_padded_cpu",
-    "graph_replay_allowed": "can_run_decode_cuda_graph",
-    "extend_in_batch": "is_extend_in_batch",
-    "prefill_coordination_applied": "dp_spec_prefill_coordination_applied",
-}
 
 
 def _fields(fb) -> dict:

@@ -163,15 +163,16 @@ def _guarded(assign):
         bs, width = int(batch_size), req_to_token.shape[1]
         start, end = torch.as_tensor(start_offset)[:bs], torch.as_tensor(end_offset)[:bs]
         if bs and int(end.max()) > width:
-            # Drop the columns past the row; the kernel reads each row's slots at the running offset, so the
-            # slots of the dropped columns leave out_cache_loc too.
-            clipped = end.clamp(max=width)
+            # Drop the columns past the row; the kernel reads each row's slots at the running offset
+            # sum(end - start) of the rows before it, so the dropped slots leave out_cache_loc too, and a row that
+            # starts past its width is clipped at both ends (a negative length would shift every later row's read).
+            clip_end, clip_start = end.clamp(max=width), start.clamp(max=width)
             pieces, offset = [], 0
             for i in range(bs):
-                n = int(end[i] - start[i])
-                pieces.append(out_cache_loc[offset: offset + max(0, int(clipped[i] - start[i]))])
-                offset += n
-            out_cache_loc, end_offset = torch.cat(pieces), clipped.to(torch.as_tensor(end_offset).dtype)
+                pieces.append(out_cache_loc[offset: offset + int(clip_end[i] - clip_start[i])])
+                offset += int(end[i] - start[i])
+            dtype = torch.as_tensor(end_offset).dtype
+            out_cache_loc, start_offset, end_offset = torch.cat(pieces), clip_start.to(dtype), clip_end.to(dtype)
         return assign(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, batch_size)
 
     return guarded

@@ -1,0 +1,17 @@
+"""SGLang's names for the DP level's engine-neutral fields (contracts.boundary.dp): SGLang 0.5.23's ForwardBatch
+attributes, which the reference engine's ForwardBatch mirrors. Both adapters read their engine through this table."""
+
+FIELD_NAMES = {
+    "rank_request_counts": "original_global_num_tokens_cpu",
+    "rank_token_counts": "global_num_tokens_cpu",
+    "rank_token_counts_device": "global_num_tokens_gpu",
+    "rank_logprob_token_counts": "global_num_tokens_for_logprob_cpu",
+    "rank_logprob_token_counts_device": "global_num_tokens_for_logprob_gpu",
+    "non_padded_tokens_device": "num_token_non_padded",
+    "non_padded_tokens": "num_token_non_padded_cpu",
+    "global_non_padded_tokens_device": "global_num_token_non_padded",
+    "global_non_padded_tokens": "global_num_token_non_padded_cpu",
+    "graph_replay_allowed": "can_run_decode_cuda_graph",
+    "extend_in_batch": "is_extend_in_batch",
+    "prefill_coordination_applied": "dp_spec_prefill_coordination_applied",
+}

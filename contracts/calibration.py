@@ -90,13 +90,12 @@ def measure(family: Family, draws: int, power_draws: int = 2000, seed: int = 0) 
 
 
 def table(families) -> str:
-    head = ("| contract | tests | per-test alpha | simulated null runs | false alarm (union bound) | 95% upper | "
+    head = ("| contract | tests | per-test alpha | false alarm per run (union bound) | 95% upper | "
             + " | ".join(f"power at TV {d} (weakest / strongest test)" for d in EFFECTS) + " |")
-    rows = [head, "|" + "---|" * (6 + len(EFFECTS))]
+    rows = [head, "|" + "---|" * (5 + len(EFFECTS))]
     for f in families:
         power = " | ".join(f"{lo:.0%} / {hi:.0%}" for lo, hi in (f.power[d] for d in EFFECTS))
-        rows.append(f"| {f.contract_id} | {len(f.tests)} | {f.alpha:.2g} | {f.draws:,} | {f.rate:.2g} | {f.upper:.2g} | "
-                    f"{power} |")
+        rows.append(f"| {f.contract_id} | {len(f.tests)} | {f.alpha:.1e} | {f.rate:.1e} | {f.upper:.1e} | {power} |")
     return "\n".join(rows)
 
 
@@ -104,7 +103,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m contracts.calibration", description=__doc__.splitlines()[0])
     parser.add_argument("--draws", type=int, default=1_000_000, help="simulated null runs per test")
     parser.add_argument("--power-draws", type=int, default=2000, help="simulated runs per test and effect size")
-    parser.add_argument("--contract", action="append", help="a statistical contract id (default: all of them)")
+    parser.add_argument("--contract", action="append", type=str.upper, choices=STAT_CONTRACTS,
+                        help="a statistical contract id (default: all of them)")
     args = parser.parse_args(argv)
     if args.draws < 1 or args.power_draws < 1:
         parser.error("--draws/--power-draws: must be positive")
@@ -112,7 +112,8 @@ def main(argv=None) -> int:
 
     engine = ReferenceAdapter()
     families = [measure(record(cid, engine), args.draws, args.power_draws) for cid in args.contract or STAT_CONTRACTS]
-    print(f"family-wise budget {stats.FAMILY_ALPHA:g} per contract run, effect-size floor TV {stats.TV_FLOOR}")
+    print(f"family-wise budget {stats.FAMILY_ALPHA:g} per contract run, effect-size floor TV {stats.TV_FLOOR}, "
+          f"{args.draws:,} simulated null runs per test, {args.power_draws:,} per test and effect size")
     print(table(families))
     return 0
 

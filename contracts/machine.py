@@ -83,15 +83,16 @@ class DecodeLoopMachine(RuleBasedStateMachine):
         self.spec = data.draw(self.specs if self.specs is not None else DEFAULT_SPECS, label="spec")
         self.h = self.engine.new_engine(self.spec)
         self.overlap = self.spec.enable_overlap
+        self.overlap_steps = 0  # steps since overlap was last switched on (the relay's history)
         self._admit(data, via, n)
 
     def _views(self) -> dict:
         return {v.rid: v for v in self.engine.request_views(self.h)}
 
     @precondition(lambda self: self.h is not None and len(self.live) < MAX_LIVE)
-    @rule(data=st.data(), via=st.sampled_from(["local", "pd"]), n=st.integers(1, 4))
-    def add_requests(self, data, via, n):
-        self._admit(data, via, n)
+    @rule(data=st.data(), via=st.sampled_from(["local", "pd"]))
+    def add_requests(self, data, via):
+        self._admit(data, via, data.draw(st.integers(1, min(4, MAX_LIVE - len(self.live))), label="new requests"))
 
     def _admit(self, data, via, n):
         shapes = request_shapes(self.spec.vocab_size)
@@ -127,6 +128,7 @@ class DecodeLoopMachine(RuleBasedStateMachine):
             self._check_planner(view)
         for rid in view.rids:
             self.decoded[rid] += 1
+        self.overlap_steps += self.overlap
         self.live = sorted(rid for rid, v in after.items() if v.live)
         if "progress" in self.families:
             self._check_progress(view, after)
@@ -142,6 +144,7 @@ class DecodeLoopMachine(RuleBasedStateMachine):
     @rule()
     def toggle_overlap(self):
         self.overlap = not self.overlap
+        self.overlap_steps = 0
         self.engine.set_overlap(self.h, self.overlap)
 
     # ---- per-step checks --------------------------------------------------------------
@@ -174,6 +177,10 @@ class DecodeLoopMachine(RuleBasedStateMachine):
                 expect_equal(f"request {rid} verify_len (static)", g + 1, L)
                 expect_equal(f"request {rid} cap_trim (static)", 0, trim)
             elif view.budget is None:  # nothing resolved yet: no plan, every row verifies all
+                lag = self.engine.overlap_budget_lag(self.h)
+                expect(self.overlap and self.overlap_steps < lag, "step budget",
+                       f"a budget (none only in the first {lag} steps with overlap on)",
+                       f"none, overlap {'on for ' + str(self.overlap_steps) + ' steps' if self.overlap else 'off'}")
                 expect(not view.planned[i] and L == g + 1, f"request {rid} without a budget", f"verify all ({g + 1})",
                        f"L={L}, planned={view.planned[i]}")
             else:

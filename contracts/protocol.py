@@ -80,7 +80,8 @@ CAPABILITIES: Mapping[str, Capability] = {
     PLANNER_MIN_VERIFY_LEN: Capability(None),
     PLANNER_EMPTY_BATCH: Capability(None),
     STEP: Capability("contracts.boundary.engine:StepLevel", (
-        "new_engine", "add_requests", "step", "abort", "set_overlap", "request_views", "target_next_logits")),
+        "new_engine", "add_requests", "step", "abort", "set_overlap", "overlap_budget_lag", "request_views",
+        "target_next_logits")),
     STEP_LAWS: Capability("contracts.boundary.engine:StepLawsLevel", ("step_laws",)),
     RANKS: Capability("contracts.boundary.ranks:RanksLevel", ("run_rank_scenario",)),
     RANKS_TP: Capability("contracts.boundary.ranks:TpRanksLevel", ("run_tp_scenario",)),

@@ -37,7 +37,7 @@ import torch
 
 FAMILY_ALPHA = 1e-3  # per statistical contract run: small enough to trust, large enough to measure
 # The asymptotic chi-square tail is anti-conservative far out: simulated at these tables' shapes, tests at a nominal
-# alpha rejected up to 1.7x as often. Each test therefore gets half its Bonferroni share (contracts.calibration).
+# alpha rejected up to 1.9x as often. Each test therefore gets half its Bonferroni share (contracts.calibration).
 TAIL_SAFETY = 2
 TV_FLOOR = 0.005
 MIN_EXPECTED = 5.0

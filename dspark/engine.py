@@ -262,10 +262,12 @@ class DSparkEngine:
         raise ValueError(f"rid: no live request {rid}")
 
     def set_overlap(self, on: bool) -> None:
-        """Switch overlap scheduling; live rows move into (seed) or out of (resolve) the relay."""
+        """Switch overlap scheduling; live rows move into (seed) or out of (resolve) the relay. The confidence path
+        switched to starts empty: history left from an earlier period would be read as if `lag` steps old."""
         on = bool(on)
         if on == self.enable_overlap:
             return
+        (self.future_map.confidence_ring if on else self.budget_confidence.carry).clear()
         b = self.batch
         if b is not None:
             di = b.spec_info
@@ -396,6 +398,9 @@ class DSparkEngine:
             self.future_map.stash(di.future_indices, RelayPayload(bonus_tokens=bonus))
         else:
             di.bonus_tokens, di.new_seq_lens = bonus, new_seq_lens
+            if self.config.verify_mode != "static":
+                rows = self.batch.req_pool_indices
+                self.budget_confidence.record(rows, confidence, self.pool.req_generation[rows])
 
     def _leave(self, idx: List[int]) -> None:
         keep = [i for i in range(len(self.rows)) if i not in set(idx)]

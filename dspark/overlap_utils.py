@@ -48,6 +48,10 @@ class ConfidenceRing:
         conf[rows], gen[rows] = confidence.cpu().to(torch.float64), generation.cpu().to(torch.int64)
         self._history = (self._history + [(conf, gen)])[-self.lag:]
 
+    def clear(self) -> None:
+        """Forget every push (a path that starts again has no history)."""
+        self._history = []
+
     def read(self, rows: torch.Tensor):
         """(confidence [n, gamma], writer generation [n]) published `lag` pushes ago, or None."""
         if len(self._history) < self.lag:
@@ -87,7 +91,7 @@ class BudgetConfidence:
     current request wrote it, else 1s (no history: certain, SGLang's optimism). None: nothing resolved yet.
 
     Under overlap the lagged values come through the FutureMap (published after each verify); without, from this
-    planner's own carry, which it reads before it writes the current confidence (SGLang's host planner).
+    planner's own carry (SGLang's host planner), which `record` writes after the step's verify, as the relay is.
     """
 
     def __init__(self, req_pool_size: int, lag: int = CONFIDENCE_RELAY_LAG):
@@ -102,12 +106,15 @@ class BudgetConfidence:
                 return None
         else:
             lagged = self.carry.read(rows)
-            self.carry.push(rows, confidence, generation)
             if lagged is None:  # an empty carry: generation 0 belongs to no request
                 lagged = torch.zeros_like(confidence, dtype=torch.float64), torch.zeros_like(generation)
         conf, writer = lagged
         own = (generation >= 1) & (writer == generation)
         return torch.where(own[:, None], conf, torch.ones_like(conf))
+
+    def record(self, rows: torch.Tensor, confidence: torch.Tensor, generation: torch.Tensor) -> None:
+        """The carry's write of a step's confidence (without overlap), after its verify."""
+        self.carry.push(rows, confidence, generation)
 
 
 class FutureMap:

@@ -52,6 +52,8 @@ class ReqToTokenPool:
 
     def take_row(self, row: int) -> int:
         """Hand `row` to a new request: its generation moves on."""
+        if isinstance(row, bool) or not isinstance(row, int) or not 0 <= row < self.size:
+            raise ValueError(f"row: expected an int in [0, {self.size}), got {row!r}")
         self.req_generation[row] += 1
         return row
 

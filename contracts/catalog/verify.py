@@ -252,12 +252,19 @@ def deterministic(engine, case):
 def _unrelated(case):
     """Another batch of the same vocabulary and gamma."""
     if isinstance(case, ValueCase):
+        # Other values in every field (rows reversed, ids moved on, the vocabulary rotated, logits doubled, coins
+        # mirrored, greedy flipped), so a result that leaks across rows (a batch-wide max or sum) differs.
+        V = case.vocab
         flip = lambda rows: tuple(reversed(rows))  # noqa: E731
-        return dataclasses.replace(case, candidates=flip(case.candidates), logits=flip(case.logits),
-                                   coins_sixteenths=flip(case.coins_sixteenths),
-                                   verify_lens=None if case.verify_lens is None else flip(case.verify_lens),
-                                   draft_eighths=None if case.draft_eighths is None else flip(case.draft_eighths),
-                                   greedy=None if case.greedy is None else flip(case.greedy))
+        rotate = lambda row: row[1:] + row[:1]  # noqa: E731
+        return dataclasses.replace(
+            case, candidates=tuple(tuple((c + 1) % V for c in row) for row in flip(case.candidates)),
+            logits=tuple(tuple(tuple(2 * x for x in rotate(col)) for col in row) for row in flip(case.logits)),
+            coins_sixteenths=tuple(tuple(15 - c for c in row) for row in flip(case.coins_sixteenths)),
+            verify_lens=None if case.verify_lens is None else flip(case.verify_lens),
+            draft_eighths=None if case.draft_eighths is None else tuple(
+                tuple(rotate(col) for col in row) for row in flip(case.draft_eighths)),
+            greedy=None if case.greedy is None else tuple(not g for g in flip(case.greedy)))
     return dataclasses.replace(case, seed=case.seed + 1)
 
 

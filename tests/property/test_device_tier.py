@@ -229,7 +229,8 @@ def _dry_run(tmp_path):
                        env=_env(OUT_DIR=str(tmp_path), PYTHON=sys.executable), capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     steps = [shlex.split(line[2:]) for line in p.stdout.splitlines() if line.startswith("+ ")]
-    assert len(steps) == 3 and all(s[:3] == ["timeout", s[1], sys.executable] for s in steps), steps
+    assert len(steps) == 3 and all(s[0] == "timeout" and s[1].isdigit() and int(s[1]) > 0 and s[2] == sys.executable
+                                  for s in steps), steps
     return [s[3:] for s in steps]  # without `timeout N python`
 
 

@@ -72,6 +72,21 @@ def test_with_overlap_nothing_is_planned_until_the_relay_has_lagged_confidence()
     assert third.planned == [True, True] and third.budget == 1 and third.budget_confidence is not None
 
 
+def test_switching_overlap_starts_the_confidence_path_afresh():
+    """History left in the relay ring (or the carry) from an earlier period is not read as `lag` steps old."""
+    eng = _engine(gamma=3, verify_mode="cap-accept", force_budget_frac=0.25, enable_overlap=True)
+    eng.prefill(_requests(2, max_new=40))
+    on = [eng.step() for _ in range(3)]
+    eng.set_overlap(False)
+    off = [eng.step() for _ in range(3)]
+    eng.set_overlap(True)
+    again = [eng.step() for _ in range(3)]
+    assert [s.budget is None for s in on + again] == [True, True, False] * 2  # the relay ring starts empty again
+    assert all(s.budget is not None for s in off)
+    assert off[0].budget_confidence == off[1].budget_confidence == [[1.0] * 3] * 2  # the carry too (no own history)
+    assert again[2].budget_confidence != [[1.0] * 3] * 2
+
+
 def test_a_reused_row_never_lends_its_previous_occupants_confidence():
     eng = _engine(gamma=2, verify_mode="cap-accept", enable_overlap=True, pool_size=1)
     eng.prefill(_requests(1, max_new=4))

@@ -88,23 +88,30 @@ def test_finding_is_vllms(vllm_engine, contract_id, case, correct):
 
 
 def test_expansion_is_left_unwritten():
-    """The root cause on its own: vLLM's expand_batch_to_tokens on CPU returns memory it never wrote."""
+    """The root cause on its own: on CPU, the expansion behind vLLM's expand_batch_to_tokens never writes its output
+    (filled here with a sentinel first, so what is read is known)."""
     if vllm_env.vllm_unavailable_reason() is not None:
         pytest.skip(vllm_env.vllm_unavailable_reason())
     vllm_env.prepare_vllm_import()
-    from vllm.v1.sample.rejection_sampler import expand_batch_to_tokens
+    from vllm.v1.sample import rejection_sampler as rs
 
     cu = torch.tensor([3, 4, 4, 7], dtype=torch.int32)
-    want = torch.tensor([1.0, 1.0, 1.0, 1.0, 2.5, 2.5, 2.5])
-    ints = expand_batch_to_tokens(torch.tensor([3, 8, 2, 5], dtype=torch.int32), cu, 7)
-    floats = expand_batch_to_tokens(torch.tensor([0.0, 1.0, 0.7, 2.5]), cu, 7, replace_from=0, replace_to=1)
-    assert not torch.equal(ints, torch.tensor([3, 3, 3, 8, 5, 5, 5], dtype=torch.int32)) or not torch.equal(floats, want)
+    cases = [  # (input, replace_from, replace_to, the expansion)
+        (torch.tensor([3, 8, 2, 5], dtype=torch.int32), 0, 0, torch.tensor([3, 3, 3, 8, 5, 5, 5], dtype=torch.int32)),
+        (torch.tensor([0.0, 1.0, 0.7, 2.5]), 0, 1, torch.tensor([1.0, 1.0, 1.0, 1.0, 2.5, 2.5, 2.5])),
+    ]
+
+    def expanded(x, replace_from, replace_to):
+        out = torch.full((7,), -7, dtype=x.dtype)
+        rs._expand(out, x, cu, replace_from, replace_to)
+        return out
+
+    for x, a, b, want in cases:
+        assert torch.equal(expanded(x, a, b), torch.full((7,), -7, dtype=x.dtype))  # never written
     with pytest.MonkeyPatch.context() as mp:
         correct_expand(mp)
-        assert torch.equal(expand_batch_to_tokens(torch.tensor([3, 8, 2, 5], dtype=torch.int32), cu, 7),
-                           torch.tensor([3, 3, 3, 8, 5, 5, 5], dtype=torch.int32))
-        assert torch.equal(expand_batch_to_tokens(torch.tensor([0.0, 1.0, 0.7, 2.5]), cu, 7, replace_from=0, replace_to=1),
-                           want)
+        for x, a, b, want in cases:
+            assert torch.equal(expanded(x, a, b), want)
 
 
 def test_every_vllm_ledger_entry_has_a_correction_test():

@@ -24,8 +24,8 @@ _KERNELS = "dspark.verify.triton_kernels"
 def _load_kernels(device: str) -> None:
     """Import the Triton kernels as the device needs them: interpreted on the CPU, compiled on CUDA. Triton fixes
     the mode when the module is first imported, so a module imported the other way is refused, not used."""
-    if device == "cpu" and _KERNELS not in sys.modules:
-        os.environ.setdefault("TRITON_INTERPRET", "1")  # placement() refused any other explicit value
+    if device == "cpu" and _KERNELS not in sys.modules and not os.environ.get("TRITON_INTERPRET"):
+        os.environ["TRITON_INTERPRET"] = "1"  # unset or empty; placement() refused any other explicit value
     from dspark.verify import triton_kernels
 
     if triton_kernels.INTERPRETED != (device == "cpu"):

@@ -112,6 +112,9 @@ class ReferenceEngine:
     def set_overlap(self, handle, on):
         handle.decode.set_overlap(on)
 
+    def overlap_budget_lag(self, handle):
+        return handle.decode.future_map.confidence_ring.lag
+
     def request_views(self, handle):
         eng = handle.decode
         di = None if eng.batch is None else eng.batch.spec_info

@@ -30,4 +30,6 @@ class ReferenceRelay:
             reads.append(RelayRead(tuple(rids), None if read is None else torch.cumprod(read, 1).tolist()))
             if case.overlap:
                 fm.publish(idx, torch.ones(len(rids), dtype=torch.int64), conf, gen)
+            else:
+                budget.record(idx, conf, gen)
         return reads

@@ -1,5 +1,6 @@
 """Decode-loop bugs: an unpredictable verify cap, a wrong resample law, off-by-one commits, a silent relay, row-keyed RNG,
-laws the accept scores with that are not the ones sampled, and a PD decode that stops speculating."""
+laws the accept scores with that are not the ones sampled, a planner that never runs, and a PD decode that stops
+speculating."""
 
 import torch
 
@@ -143,6 +144,14 @@ def _admit_marking_pd(self, handoffs, *, prebuilt):
         st.via_pd = getattr(st, "via_pd", False) or (prebuilt and st.rid in {h.rid for h in handoffs})
 
 
+def _never_planned(self, proposal):
+    """Every ragged step verifies all as if nothing were resolved yet: right tokens, a planner that never runs."""
+    lens, budget, planned, read = _real_plan(self, proposal)
+    if budget is None:
+        return lens, budget, planned, read
+    return torch.full((len(planned),), self.T, dtype=torch.int64), None, [False] * len(planned), None
+
+
 RING = 8  # the largest captured graph batch
 
 
@@ -179,6 +188,8 @@ MUTANTS = [
            lambda mp: mp.setattr(DSparkEngine, "_target_probs", _draft_law_truncated_like_the_target)),
     Mutant("relay-rows-wrap-at-the-ring-size", ("LOOP-002",),
            lambda mp: mp.setattr(overlap_utils.FutureMap, "_rows", _relay_rows_wrap)),
+    Mutant("ragged-steps-never-planned", ("LOOP-003", "LOOP-007"),
+           lambda mp: mp.setattr(DSparkEngine, "plan_verify_lens", _never_planned)),
     Mutant("pd-decode-stops-speculating", ("LOOP-007",),
            lambda mp: (mp.setattr(DSparkEngine, "plan_verify_lens", _pd_rows_stop_speculating),
                        mp.setattr(DSparkEngine, "_admit", _admit_marking_pd))),

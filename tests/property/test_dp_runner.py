@@ -194,7 +194,7 @@ def test_ranks_mutants_name_the_faulty_rank(mutant):
     contracts, engine = all_contracts(), ReferenceAdapter()
     for cid in mutant.catches:
         with mutant.active(), pytest.raises(ContractViolation) as caught:
-            run_contract(contracts[cid], engine)
+            run_contract(contracts[cid], engine, profile="ci")
         assert f"rank {rank_mutants.FAULTY_RANK}" in caught.value.what, str(caught.value)
 
 

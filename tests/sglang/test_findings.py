@@ -103,7 +103,7 @@ def test_finding_is_sglangs(engines, contract_id, engine_name, case, correct):
     known = ledger.entries(engine_name, engine.version, contract_id)
     assert known, f"{contract_id} on {engine_name}: a finding without a ledger entry"
     with pytest.raises(ContractViolation) as caught:
-        run_contract(contract, engine)
+        run_contract(contract, engine, profile="ci")
     assert ledger.match(known, caught.value) is not None, str(caught.value)
     with pytest.raises(ContractViolation) as shrunk:
         check_case(contract, engine, case)  # the shrunk case fails as it stands, on the ledger's field
@@ -111,7 +111,7 @@ def test_finding_is_sglangs(engines, contract_id, engine_name, case, correct):
     with pytest.MonkeyPatch.context() as mp:
         correct(mp)
         contract.check(engine, case)
-        run_contract(contract, engine)  # the whole contract at the check's settings
+        run_contract(contract, engine, profile="ci")  # the whole contract at the check's settings
 
 
 def test_every_sglang_ledger_entry_has_a_correction_test():

@@ -263,7 +263,7 @@ def test_reinserted_bug_is_caught(sglang_engine, patch, contract_id):
     assert violation.contract_id == contract_id and violation.engine == "sglang"
     assert "'sglang'" in violation.repro or "--engine sglang" in violation.repro
     if contract.cases is None:  # a fixed-scenario contract: no case to shrink; the intact engine passes it
-        run_contract(contract, sglang_engine)
+        run_contract(contract, sglang_engine, profile="ci")
     else:
         assert violation.case is not None
         contract.check(sglang_engine, violation.case)  # the shrunk case passes once the bug is gone again

@@ -127,21 +127,13 @@ def _one_torch_thread() -> None:
 def _placement_env(where):
     """$DSPARK_DEVICE / $DSPARK_BACKEND (and TRITON_INTERPRET=1 for the interpreter) while the check runs: the
     adapter, xdist workers and rank processes all read them. Restored afterwards (main() may run in-process)."""
-    from contracts.validation import BACKEND_ENV, DEVICE_ENV
+    from contracts.validation import placement_env, restore_env, set_env
 
-    wanted = {DEVICE_ENV: where.device, BACKEND_ENV: where.requested}
-    if where.interpreted and not os.environ.get("TRITON_INTERPRET"):
-        wanted["TRITON_INTERPRET"] = "1"  # before anything imports the kernels; validation refused other values
-    saved = {k: os.environ.get(k) for k in wanted}
-    os.environ.update(wanted)
+    saved = set_env(placement_env(where))  # before anything imports the kernels
     try:
         yield
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        restore_env(saved)
 
 
 def _check(args) -> int:

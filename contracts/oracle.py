@@ -47,15 +47,18 @@ def first_token_law(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return both + (1.0 - both.sum(-1, keepdim=True)) * residual_law(p, q)
 
 
-def accept_count_law(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+def accept_count_law(p: torch.Tensor, q: torch.Tensor, *, one_hot: bool = False) -> torch.Tensor:
     """Law of the raw accepted-draft count when position laws do not depend on the drafts.
 
     p [..., >=gamma, V] target rows, q [..., gamma, V] draft rows; returns
-    [..., gamma+1] with ``P(n) = prod_{i<n} a_i * (1 - a_n)``, ``a_i = sum min(p_i, q_i)``.
+    [..., gamma+1] with ``P(n) = prod_{i<n} a_i * (1 - a_n)``, ``a_i = sum min(p_i, q_i)``; with
+    `one_hot` (each draft drawn from q but scored as a point mass, accepted with probability p(d)),
+    ``a_i = sum q_i p_i``.
     """
     p, q = _f64(p), _f64(q)
     gamma = q.shape[-2]
-    alpha = torch.minimum(p[..., :gamma, :], q).sum(-1)  # [..., gamma]
+    pairs = p[..., :gamma, :]
+    alpha = (q * pairs).sum(-1) if one_hot else torch.minimum(pairs, q).sum(-1)  # [..., gamma]
     survive = torch.cat([torch.ones_like(alpha[..., :1]), torch.cumprod(alpha, -1)], -1)  # P(n >= k)
     stop = torch.cat([1.0 - alpha, torch.ones_like(alpha[..., :1])], -1)
     return survive * stop

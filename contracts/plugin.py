@@ -70,7 +70,7 @@ def pytest_configure(config):
 def _configure_placement(config) -> None:
     """Check --contracts-device/--contracts-backend (or their env twins) now, before any test runs, and hand
     them to the adapter (and xdist workers, rank processes) through $DSPARK_DEVICE / $DSPARK_BACKEND."""
-    from contracts.validation import BACKEND_ENV, DEVICE_ENV, placement
+    from contracts.validation import placement, placement_env, set_env
 
     device, backend = config.getoption("contracts_device"), config.getoption("contracts_backend")
     try:
@@ -78,23 +78,13 @@ def _configure_placement(config) -> None:
     except ValueError as e:
         raise pytest.UsageError(str(e)) from None
     config.stash[_PLACEMENT] = where
-    wanted = {}
-    if device is not None:
-        wanted[DEVICE_ENV] = where.device
-    if backend is not None:
-        wanted[BACKEND_ENV] = where.requested
-    if where.interpreted and not os.environ.get("TRITON_INTERPRET"):
-        wanted["TRITON_INTERPRET"] = "1"
-    config.stash[_SAVED_ENV] = {k: os.environ.get(k) for k in wanted}
-    os.environ.update(wanted)
+    config.stash[_SAVED_ENV] = set_env(placement_env(where, device=device is not None, backend=backend is not None))
 
 
 def pytest_unconfigure(config):
-    for k, v in config.stash.get(_SAVED_ENV, {}).items():  # an in-process session (pytester) leaves no trace
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    from contracts.validation import restore_env
+
+    restore_env(config.stash.get(_SAVED_ENV, {}))  # an in-process session (pytester) leaves no trace
 
 
 class Preloaded:

@@ -173,6 +173,13 @@ def recording():
         _RECORDERS.remove(seen)
 
 
+def table_test(name: str, counts: dict, law: dict) -> tuple:
+    """A gate test from counts and an exact law keyed by outcome: one cell per outcome either of them names."""
+    keys = sorted(set(law) | set(counts))
+    return (name, torch.tensor([counts.get(k, 0) for k in keys]),
+            torch.tensor([law.get(k, 0.0) for k in keys], dtype=torch.float64))
+
+
 def gate(tests: list, *, family_alpha: float = FAMILY_ALPHA, tv_floor: float = TV_FLOOR) -> None:
     """tests: (name, counts, law) of one contract run, a family sharing ``family_alpha`` (Bonferroni).
 

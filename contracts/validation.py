@@ -164,3 +164,32 @@ def engine_placement(engine, wanted: Placement) -> None:
     if wanted.requested != "auto" and have != wanted.backend:
         what = f"verifies with {have!r}" if have else "runs its own verify kernels (it does not take a backend)"
         raise ValueError(f"--backend {wanted.requested}: engine {engine.name!r} {what}")
+
+
+def placement_env(where, *, device: bool = True, backend: bool = True) -> dict:
+    """The variables a placement hands to the adapter, xdist workers and rank processes: $DSPARK_DEVICE and
+    $DSPARK_BACKEND (each when asked for), and TRITON_INTERPRET=1 for the interpreter when it is unset or empty
+    (`placement` refused any other value)."""
+    wanted = {}
+    if device:
+        wanted[DEVICE_ENV] = where.device
+    if backend:
+        wanted[BACKEND_ENV] = where.requested
+    if where.interpreted and not os.environ.get("TRITON_INTERPRET"):
+        wanted["TRITON_INTERPRET"] = "1"
+    return wanted
+
+
+def set_env(wanted: dict) -> dict:
+    """Set `wanted` in os.environ; returns what it replaced, for `restore_env`."""
+    saved = {k: os.environ.get(k) for k in wanted}
+    os.environ.update(wanted)
+    return saved
+
+
+def restore_env(saved: dict) -> None:
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v

@@ -1,6 +1,8 @@
 """SGLang's names for the DP level's engine-neutral fields (contracts.boundary.dp): SGLang 0.5.23's ForwardBatch
 attributes, which the reference engine's ForwardBatch mirrors. Both adapters read their engine through this table."""
 
+import copy
+
 FIELD_NAMES = {
     "rank_request_counts": "original_global_num_tokens_cpu",
     "rank_token_counts": "global_num_tokens_cpu",
@@ -15,3 +17,11 @@ FIELD_NAMES = {
     "extend_in_batch": "is_extend_in_batch",
     "prefill_coordination_applied": "dp_spec_prefill_coordination_applied",
 }
+
+
+def dp_fields(fb) -> dict:
+    """A copy of every DP field of a ForwardBatch, under the neutral names (None where the batch lacks one: SGLang
+    does not declare num_token_non_padded_cpu)."""
+    from contracts.boundary.dp import ALL_FIELDS
+
+    return {f: copy.deepcopy(getattr(fb, FIELD_NAMES[f], None)) for f in ALL_FIELDS}

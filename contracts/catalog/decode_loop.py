@@ -210,7 +210,6 @@ def sequence_law(engine):
                 key = tuple(v.output[DIST_WINDOW])
                 counts[key] = counts.get(key, 0) + 1
             law = exact_window_law(engine, handle, DIST_PROMPT, DIST_TOKENS, DIST_WINDOW, settings)
-            cells = sorted(set(law) | set(counts))
-            tests.append((f"{mode} frac={frac} {drafter} (T, top_k, top_p)={settings}: tokens 3..6",
-                          [counts.get(c, 0) for c in cells], [law.get(c, 0.0) for c in cells]))
+            tests.append(stats.table_test(f"{mode} frac={frac} {drafter} (T, top_k, top_p)={settings}: tokens 3..6",
+                                          counts, law))
     stats.gate(tests)

@@ -60,12 +60,6 @@ def _continued(r, width: int, next_rows, first_prev) -> torch.Tensor:
     return seq
 
 
-def _table_test(name, counts: dict, law: dict):
-    keys = sorted(set(law) | set(counts))
-    return (name, torch.tensor([counts.get(k, 0) for k in keys]),
-            torch.tensor([law.get(k, 0.0) for k in keys], dtype=torch.float64))
-
-
 def _row_counts(rows: torch.Tensor) -> dict:
     blocks, freq = torch.unique(rows, dim=0, return_counts=True)
     return {tuple(b): f for b, f in zip(blocks.tolist(), freq.tolist())}
@@ -160,7 +154,7 @@ def block_losslessness(engine):
         seq = _continued(r, inputs.gamma + 1, lambda _, prev: target[prev], torch.full((inputs.bs,), anchor))
         law = oracle.continuation_law(oracle.markov(target), (anchor,), inputs.gamma + 1)
         for length in range(1, inputs.gamma + 2):
-            tests.append(_table_test(f"{kind} drafts, L={length}: block continued by the target",
+            tests.append(stats.table_test(f"{kind} drafts, L={length}: block continued by the target",
                                      _row_counts(seq[lens == length]), law))
     stats.gate(tests)
 
@@ -187,14 +181,11 @@ def chain_sampling_laws(engine):
         for length in range(1, inputs.gamma + 2):
             law = oracle.emitted_block_law(oracle.markov(target), oracle.markov(table), inputs.gamma, prefix=(anchor,),
                                            verify_len=length)
-            tests.append(_table_test(f"{kind} drafts, L={length}: emitted block", _emitted_blocks(r, lens == length), law))
+            tests.append(stats.table_test(f"{kind} drafts, L={length}: emitted block", _emitted_blocks(r, lens == length), law))
     for label, kind, p, q, inputs in _positional_scenario(SEED, (1.0,)):
         r = verify_step(engine, inputs, "block", seed=SEED + 10 + len(tests))
         raw = r.correct_len.to(torch.int64)
         gamma = inputs.gamma
-        # Acceptance at position k: sum min(p, q) for a sampled q; sum q(d) p(d) for a point mass drawn from q.
-        alpha = (q * p[:gamma]).sum(-1) if kind == "one_hot" else torch.minimum(p[:gamma], q).sum(-1)
-        survive = torch.cat([torch.ones(1, dtype=torch.float64), torch.cumprod(alpha, 0)])
-        law = survive * torch.cat([1 - alpha, torch.ones(1, dtype=torch.float64)])
+        law = oracle.accept_count_law(p, q, one_hot=kind == "one_hot")
         tests.append((f"{label}: accepted-draft count", torch.bincount(raw, minlength=gamma + 1), law))
     stats.gate(tests)

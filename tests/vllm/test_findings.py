@@ -22,12 +22,6 @@ pytestmark = pytest.mark.skipif(vllm_env.vllm_unavailable_reason() is not None,
                                 reason=str(vllm_env.vllm_unavailable_reason()))
 
 
-def _violation(contract, engine):
-    # vLLM's uninitialised expansion can make a failing case pass on Hypothesis' replay (FlakyFailure): the failure
-    # it produced must still be this contract's violation.
-    return violation_of(contract, engine)
-
-
 def _draft_ids_refused(mp):
     """The expansion corrected, and RejectionSampler.forward refuses a draft id outside [0, V) with a ValueError."""
     from vllm.v1.sample.rejection_sampler import RejectionSampler
@@ -75,7 +69,7 @@ def test_finding_is_vllms(vllm_engine, contract_id, case, correct):
     contract = all_contracts()[contract_id]
     known = ledger.entries("vllm", vllm_engine.version, contract_id)
     assert known, f"{contract_id} on vllm: a finding without a ledger entry"
-    violation = _violation(contract, vllm_engine)
+    violation = violation_of(contract, vllm_engine)
     assert ledger.match(known, violation) is not None, str(violation)
     if case is not None and contract_id in SHRUNK_ALWAYS_FAILS:
         with pytest.MonkeyPatch.context() as mp, pytest.raises(ContractViolation) as shrunk:

@@ -15,12 +15,6 @@ from contracts.runner import run_contract, violation_of
 from tests.vllm.conftest import correct_dp_padding, correct_expand
 
 
-def _violation(contract, engine):
-    # vLLM's uninitialised expansion can make a failing case pass on Hypothesis' replay (FlakyFailure): the failure
-    # it produced must still be this contract's violation.
-    return violation_of(contract, engine)
-
-
 def _greedy_bonus_after_rejection(mp):
     """The greedy kernel appends the bonus token even after a rejection (the `if not rejected` guard dropped)."""
     from vllm.utils import cpu_triton_utils as cpu_tl
@@ -141,7 +135,7 @@ def test_reinserted_bug_is_caught(vllm_engine, patch, contract_id):
     contract = all_contracts()[contract_id]
     with pytest.MonkeyPatch.context() as mp:
         patch(mp)
-        violation = _violation(contract, vllm_engine)
+        violation = violation_of(contract, vllm_engine)
     assert violation.contract_id == contract_id and violation.engine == "vllm"
     assert "'vllm'" in violation.repro or "--engine vllm" in violation.repro
     with pytest.MonkeyPatch.context() as mp:  # the intact engine (its ledger findings corrected) passes again

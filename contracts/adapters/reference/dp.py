@@ -1,20 +1,14 @@
 from __future__ import annotations
 
-import copy
-
 import torch
 
-from contracts.adapters.sglang_names import FIELD_NAMES
-from contracts.boundary.dp import ALL_FIELDS, DpPaddingCase, DpPaddingRank, DpPaddingRun, DpSyncCase, DpSyncObservation
+from contracts.adapters.sglang_names import dp_fields
+from contracts.boundary.dp import DpPaddingCase, DpPaddingRank, DpPaddingRun, DpSyncCase, DpSyncObservation
 from dspark import dp_padding, forward_batch_info, spec_info
 from dspark.draft_input import DraftInput
 from dspark.dspark_draft import DraftBlockProposer
 from dspark.schedule_batch import Req, ReqToTokenPool, ScheduleBatch
 from dspark.spec_info import SpecInput
-
-
-def _fields(fb) -> dict:
-    return {f: copy.deepcopy(getattr(fb, FIELD_NAMES[f])) for f in ALL_FIELDS}
 
 
 class _Widths(SpecInput):
@@ -46,9 +40,9 @@ class ReferenceDpMetadata:
     def _observe(self, case: DpSyncCase, fill) -> DpSyncObservation:
         proposer, batch = self._proposer_and_batch(case)
         fb = proposer.new_draft_forward_batch(batch)
-        before = _fields(fb)
+        before = dp_fields(fb)
         fill(proposer, fb, batch)
-        return DpSyncObservation(before=before, after=_fields(fb), num_tokens=int(fb.input_ids.numel()))
+        return DpSyncObservation(before=before, after=dp_fields(fb), num_tokens=int(fb.input_ids.numel()))
 
     def fill_draft_dp_metadata(self, case: DpSyncCase) -> DpSyncObservation:
         return self._observe(case, lambda proposer, fb, batch: proposer._fill_dp_moe_sync_metadata(fb, batch))

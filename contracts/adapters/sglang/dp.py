@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import copy
 from types import SimpleNamespace
 
 from contracts.adapters.sglang.draft import build_draft_side, idle_participation, propose
 from contracts.adapters.sglang.runtime import CPU, runtime
-from contracts.adapters.sglang_names import FIELD_NAMES
-from contracts.boundary.dp import ALL_FIELDS, DpSyncCase, DpSyncObservation
+from contracts.adapters.sglang_names import dp_fields
+from contracts.boundary.dp import DpSyncCase, DpSyncObservation
 
 PREFIX = 10  # committed tokens per request; the fill does not read them
 
 
-
-
-def _fields(fb) -> dict:
-    return {f: copy.deepcopy(getattr(fb, FIELD_NAMES[f], None)) for f in ALL_FIELDS}  # num_token_non_padded_cpu is not declared
 
 
 def _scheduler_batch(case: DpSyncCase):
@@ -51,7 +46,7 @@ class SGLangDpMetadata:
         batch, pools = _scheduler_batch(case)
         side = build_draft_side(gamma=case.gamma, sample_from_anchor=case.sample_from_anchor, dp_moe_sync=case.moe_dp_sync,
                                 enable_num_token_non_padded=case.device_non_padded_count,
-                                req_to_token_pool=pools.req_to_token_pool, allocator=pools.allocator, record_fill=_fields)
+                                req_to_token_pool=pools.req_to_token_pool, allocator=pools.allocator, record_fill=dp_fields)
         knobs = dict(dp_moe_sync=case.moe_dp_sync, enable_num_token_non_padded=case.device_non_padded_count)
         with runtime().config(num_draft_tokens=case.gamma + 1):
             if case.bs:
@@ -73,9 +68,9 @@ class SGLangDpMetadata:
         if not side.fills:
             return DpSyncObservation({}, {}, 0, built=False)
         fb = side.fills[-1][2]
-        before = _fields(fb)
+        before = dp_fields(fb)
         fb.init_mlp_sync_metadata(batch, CPU, is_draft_worker=True)
-        return DpSyncObservation(before=before, after=_fields(fb), num_tokens=int(fb.input_ids.numel()))
+        return DpSyncObservation(before=before, after=dp_fields(fb), num_tokens=int(fb.input_ids.numel()))
 
     def scale_global_num_tokens(self, counts, logprob_counts, width: int, logprob_width: int):
         from sglang.srt.speculative.spec_info import spec_scale_global_num_tokens

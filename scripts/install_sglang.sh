@@ -144,7 +144,7 @@ PINS=(
   opentelemetry-api==1.45.2    # import: fastapi/telemetry (fastapi >= 0.16x imports it eagerly)
 )
 # Never installed, and verified absent afterwards.
-FORBIDDEN_RE='^(torch|torchvision|torchaudio|torchcodec|flashinfer.*|flash-attn.*|nvidia-.*|cuda-.*|cupy.*|sglang-kernel|sgl-.*|xformers|triton-.*)$'
+FORBIDDEN_RE='^(torchvision|torchaudio|torchcodec|flashinfer.*|flash-attn.*|nvidia-.*|cuda-.*|cupy.*|sglang-kernel|sgl-.*|xformers|triton-.*)$'
 # Present through torch's own requirements; checked, not installed.
 FROM_TORCH=(filelock fsspec jinja2 markupsafe networkx sympy mpmath)
 
@@ -152,37 +152,17 @@ FROM_TORCH=(filelock fsspec jinja2 markupsafe networkx sympy mpmath)
 # 1. Preflight: interpreter and torch.
 # ---------------------------------------------------------------------------
 command -v "$PYTHON" >/dev/null 2>&1 || die "interpreter '$PYTHON' not found"
-"$PYTHON" - "$TORCH_VERSION" "${FROM_TORCH[@]}" <<'EOF' || die "preflight failed (see above)"
-import sys, importlib.metadata as md
-want_torch, *from_torch = sys.argv[1:]
-if sys.version_info[:2] != (3, 11):
-    sys.exit(f"need CPython 3.11 (the sglang wheel is cp311), got {sys.version.split()[0]}")
-try:
-    have = md.version("torch")
-except md.PackageNotFoundError:
-    sys.exit(f"torch is not installed; install torch=={want_torch} (CPU wheel) first")
-if have != want_torch:
-    sys.exit(f"torch is {have}, need exactly {want_torch}; this script never touches torch")
-missing = []
-for name in from_torch:
-    try:
-        md.version(name)
-    except md.PackageNotFoundError:
-        missing.append(name)
-if missing:
-    sys.exit(f"packages normally brought by torch are missing: {missing}")
-try:
-    md.version("torchvision")
-    print("[install_sglang] WARNING: torchvision is installed; sglang_env.py will use it instead of its "
-          "stand-in. CUDA-linked builds break `import transformers` on a CPU torch.", file=sys.stderr)
-except md.PackageNotFoundError:
-    pass
-EOF
+CHECKS=("$PYTHON" "$REPO_ROOT/scripts/pinned_install.py" --log install_sglang --torch "$TORCH_VERSION")
+"${CHECKS[@]}" preflight --from-torch "${FROM_TORCH[@]}" \
+  --warn-if-installed "torchvision=sglang_env.py will use it instead of its stand-in. CUDA-linked builds break \`import transformers\` on a CPU torch." \
+  || die "preflight failed (see above)"
 log "python: $("$PYTHON" -c 'import sys; print(sys.executable, sys.version.split()[0])')"
 log "torch:  $TORCH_VERSION (preflight ok)"
 
 PIP=("$PYTHON" -m pip install --no-deps --only-binary=:all: --disable-pip-version-check --no-input --progress-bar off)
-PIP_CHECK_BEFORE="$("$PYTHON" -m pip check 2>&1 || true)"
+PIP_CHECK_BEFORE="$(mktemp)"; PIP_CHECK_AFTER="$(mktemp)"
+trap 'rm -f "$PIP_CHECK_BEFORE" "$PIP_CHECK_AFTER"' EXIT
+"$PYTHON" -m pip check > "$PIP_CHECK_BEFORE" 2>&1 || true
 
 # ---------------------------------------------------------------------------
 # 2. The dependency closure, then the wheel itself (both --no-deps).
@@ -196,45 +176,11 @@ log "installing sglang==$SGLANG_VERSION (--no-deps)"
 # 3. Post-install inspection: torch untouched, exact versions, nothing CUDA,
 #    no new `pip check` problems apart from sglang's own skipped requirements.
 # ---------------------------------------------------------------------------
-PIP_CHECK_AFTER="$("$PYTHON" -m pip check 2>&1 || true)"
-"$PYTHON" - "$TORCH_VERSION" "$SGLANG_VERSION" "$FORBIDDEN_RE" "${PINS[@]}" \
-  3<<<"$PIP_CHECK_BEFORE" 4<<<"$PIP_CHECK_AFTER" <<'EOF' || die "post-install inspection failed (see above)"
-import os, re, sys, importlib.metadata as md
-want_torch, want_sglang, forbidden_re, *pins = sys.argv[1:]
-errors = []
-norm = lambda n: re.sub(r"[-_.]+", "-", n).lower()
-def ver(name):
-    try:
-        return md.version(name)
-    except md.PackageNotFoundError:
-        return None
-if ver("torch") != want_torch:
-    errors.append(f"torch is now {ver('torch')}, expected {want_torch}")
-if ver("sglang") != want_sglang:
-    errors.append(f"sglang is {ver('sglang')}, expected {want_sglang}")
-for pin in pins:
-    name, _, v = pin.partition("==")
-    if ver(name) != v:
-        errors.append(f"{name}: installed {ver(name)}, pinned {v}")
-forbidden = re.compile(forbidden_re)
-for dist in md.distributions():
-    n = norm(dist.metadata["Name"] or "")
-    if n != "torch" and forbidden.match(n):
-        errors.append(f"forbidden package present: {n}=={dist.version}")
-before = set(os.fdopen(3).read().splitlines())
-after = os.fdopen(4).read().splitlines()
-new = [l for l in after if l not in before and l.strip() and not l.startswith("sglang ")
-       and not l.startswith("No broken requirements")]
-skipped = [l for l in after if l.startswith("sglang ")]
-for l in new:
-    errors.append(f"new pip check problem: {l}")
-print(f"[install_sglang] pip check: {len(skipped)} expected lines for sglang's skipped requirements "
-      f"(torch==2.14.1, flashinfer, sglang-kernel, ...), {len(new)} new problems")
-if errors:
-    print("\n".join("[install_sglang] ERROR: " + e for e in errors), file=sys.stderr)
-    sys.exit(1)
-print(f"[install_sglang] torch {ver('torch')}, sglang {ver('sglang')}, {len(pins)} pins exact, no CUDA packages")
-EOF
+"$PYTHON" -m pip check > "$PIP_CHECK_AFTER" 2>&1 || true
+"${CHECKS[@]}" inspect --dist sglang --version "$SGLANG_VERSION" --forbidden "$FORBIDDEN_RE" \
+  --pip-check-before "$PIP_CHECK_BEFORE" --pip-check-after "$PIP_CHECK_AFTER" \
+  --skipped-note "torch==2.14.1, flashinfer, sglang-kernel, ..." --pins "${PINS[@]}" \
+  || die "post-install inspection failed (see above)"
 
 # ---------------------------------------------------------------------------
 # 4. Import check in fresh processes: tier 1 bare, tier 2 through sglang_env.

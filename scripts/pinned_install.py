@@ -1,9 +1,10 @@
-"""The checks both engine install scripts (install_sglang.sh, install_vllm.sh) run around their --no-deps pip
-installs, in the interpreter being installed into:
+"""The pinned, --no-deps install both engine install scripts (install_sglang.sh, install_vllm.sh) run, in the
+interpreter being installed into:
 
   preflight: CPython 3.11, exactly the CPU torch, the packages torch brings, and what must (not) be there already.
-  inspect:   torch untouched, every pin and the engine wheel at its exact version, nothing CUDA or forbidden,
-             and no `pip check` problem that was not there before, apart from the engine's own skipped requirements.
+  install:   the pins, then the engine wheel, each `pip install --no-deps` (nothing can pull a CUDA torch); then
+             torch untouched, every pin and the wheel at its exact version, nothing CUDA or forbidden, and no
+             `pip check` problem that was not there before, apart from the engine's own skipped requirements.
 
 Exit 1 with one line per problem (prefixed with the calling script's name), 0 otherwise.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata as md
 import re
+import subprocess
 import sys
 
 
@@ -46,7 +48,26 @@ def preflight(args) -> list:
             if _version(name) is not None]
 
 
-def inspect(args) -> list:
+def _pip_check() -> list:
+    done = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
+    return (done.stdout + done.stderr).splitlines()
+
+
+PIP_INSTALL = [sys.executable, "-m", "pip", "install", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
+               "--no-input", "--progress-bar", "off"]
+
+
+def install(args) -> list:
+    before = _pip_check()
+    for what, names in ((f"{len(args.pins)} pinned dependencies", args.pins), (f"{args.dist}=={args.version}",
+                                                                             [f"{args.dist}=={args.version}"])):
+        print(f"[{args.log}] installing {what} (--no-deps)", flush=True)
+        if subprocess.run(PIP_INSTALL + names).returncode != 0:
+            return [f"pip install of {what} failed (see above)"]
+    return inspect(args, before, _pip_check())
+
+
+def inspect(args, before: list, after: list) -> list:
     errors = []
     if _version("torch") != args.torch:
         errors.append(f"torch is now {_version('torch')}, expected {args.torch}")
@@ -61,10 +82,7 @@ def inspect(args) -> list:
         name = re.sub(r"[-_.]+", "-", dist.metadata["Name"] or "").lower()
         if forbidden.match(name):
             errors.append(f"forbidden package present: {name}=={dist.version}")
-    with open(args.pip_check_before) as f:
-        before = set(f.read().splitlines())
-    with open(args.pip_check_after) as f:
-        after = f.read().splitlines()
+    before = set(before)
     own = [line for line in after if line.startswith(f"{args.dist} ")]
     new = [line for line in after if line not in before and line.strip() and line not in own
            and not line.startswith("No broken requirements")]
@@ -87,16 +105,14 @@ def main(argv=None) -> int:
     pre.add_argument("--from-torch", nargs="*", default=[])
     pre.add_argument("--warn-if-installed", nargs="*", default=[], metavar="NAME=MESSAGE")
     pre.add_argument("--refuse-if-installed", nargs="*", default=[], metavar="NAME=MESSAGE")
-    post = sub.add_parser("inspect")
+    post = sub.add_parser("install")
     post.add_argument("--dist", required=True)
     post.add_argument("--version", required=True)
     post.add_argument("--forbidden", required=True, help="regex of package names that must be absent")
-    post.add_argument("--pip-check-before", required=True)
-    post.add_argument("--pip-check-after", required=True)
     post.add_argument("--skipped-note", default="")
     post.add_argument("--pins", nargs="*", default=[])
     args = parser.parse_args(argv)
-    errors = preflight(args) if args.command == "preflight" else inspect(args)
+    errors = preflight(args) if args.command == "preflight" else install(args)
     for e in errors:
         print(f"[{args.log}] ERROR: {e}", file=sys.stderr)
     return 1 if errors else 0

@@ -1,10 +1,9 @@
 """scripts/pinned_install.py, the checks around both engine install scripts, refuses what it should."""
 
+import argparse
 import importlib.metadata as md
 import importlib.util
 from pathlib import Path
-
-import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "pinned_install.py"
 spec = importlib.util.spec_from_file_location("pinned_install", SCRIPT)
@@ -26,26 +25,24 @@ def test_preflight_passes_here_and_refuses_another_torch_or_a_conflicting_packag
     assert rc == 1 and "pytest is installed in this interpreter; it conflicts" in err
 
 
-@pytest.fixture
-def pip_checks(tmp_path):
-    before, after = tmp_path / "before", tmp_path / "after"
-    before.write_text("old 1.0 requires gone, which is not installed.\n")
-    after.write_text("old 1.0 requires gone, which is not installed.\npytest 1 requires torch==9, but you have 2.\n")
-    return ["--pip-check-before", str(before), "--pip-check-after", str(after)]
+BEFORE = ["old 1.0 requires gone, which is not installed."]
 
 
-def test_inspect_accepts_exact_pins_and_the_engines_own_skipped_requirements(capsys, pip_checks):
-    pins = [f"hypothesis=={md.version('hypothesis')}"]
-    rc, err = _run(capsys, "inspect", "--dist", "pytest", "--version", md.version("pytest"), "--forbidden", "^nvidia-.*$",
-                   *pip_checks, "--pins", *pins)
-    assert rc == 0, err
+def _inspect(after, *, forbidden, pins):
+    args = argparse.Namespace(log="t", torch=TORCH, dist="pytest", version=md.version("pytest"), forbidden=forbidden,
+                              skipped_note="", pins=pins)
+    return pinned_install.inspect(args, BEFORE, after)
 
 
-def test_inspect_refuses_a_moved_pin_a_forbidden_package_and_a_new_pip_problem(capsys, pip_checks, tmp_path):
-    (tmp_path / "after").write_text("new 2.0 requires missing, which is not installed.\n")
-    rc, err = _run(capsys, "inspect", "--dist", "pytest", "--version", md.version("pytest"), "--forbidden", "^hypothesis$",
-                   *pip_checks, "--pins", "hypothesis==0.0.1")
-    assert rc == 1
+def test_inspect_accepts_exact_pins_and_the_engines_own_skipped_requirements():
+    after = BEFORE + ["pytest 1 requires torch==9, but you have 2."]
+    errors = _inspect(after, forbidden="^nvidia-.*$", pins=[f"hypothesis=={md.version('hypothesis')}"])
+    assert errors == []
+
+
+def test_inspect_refuses_a_moved_pin_a_forbidden_package_and_a_new_pip_problem():
+    err = "\n".join(_inspect(["new 2.0 requires missing, which is not installed."], forbidden="^hypothesis$",
+                             pins=["hypothesis==0.0.1"]))
     assert "hypothesis: installed" in err and "pinned 0.0.1" in err
     assert "forbidden package present: hypothesis==" in err
     assert "new pip check problem: new 2.0 requires missing" in err

@@ -14,6 +14,7 @@ from contracts import machine
 from contracts.adapters.reference import ReferenceAdapter
 from contracts.registry import all_contracts
 from contracts.runner import violation_of
+from tests.caught import assert_caught
 from tests.property.mutants import all_mutants
 
 CONTRACTS = all_contracts()
@@ -36,13 +37,10 @@ def _violation(mutant, contract, engine, **settings):
 
 
 def _check_caught(violation, contract, engine):
-    assert violation.contract_id == contract.id and violation.engine == "reference"
-    assert violation.repro and "expected" in str(violation)
+    assert "expected" in str(violation)
     # The contract's own assertion: an engine exception is reported as the field "call".
     assert violation.what != "call", f"caught by an engine exception, not by the contract: {violation}"
-    if contract.cases is not None:
-        assert violation.case is not None
-        contract.check(engine, violation.case)  # the counterexample passes on the intact engine: the failure is the mutant's
+    assert_caught(violation, contract, engine)  # outside mutant.active(): the counterexample passes on the intact engine
 
 
 @pytest.mark.parametrize("mutant, contract_id", CASES)

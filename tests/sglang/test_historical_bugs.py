@@ -13,6 +13,7 @@ from contracts.adapters import sglang_env
 from contracts.registry import all_contracts
 from contracts.runner import run_contract
 from contracts.violation import ContractViolation
+from tests.caught import assert_caught
 
 
 @pytest.fixture(scope="module")
@@ -259,14 +260,9 @@ def test_reinserted_bug_is_caught(sglang_engine, patch, contract_id):
         patch(mp)
         with pytest.raises(ContractViolation) as caught:
             run_contract(contract, sglang_engine, profile="ci")  # as `dspark-contracts check` runs it
-    violation = caught.value
-    assert violation.contract_id == contract_id and violation.engine == "sglang"
-    assert "'sglang'" in violation.repro or "--engine sglang" in violation.repro
+    assert_caught(caught.value, contract, sglang_engine)  # the shrunk case passes once the bug is gone again
     if contract.cases is None:  # a fixed-scenario contract: no case to shrink; the intact engine passes it
         run_contract(contract, sglang_engine, profile="ci")
-    else:
-        assert violation.case is not None
-        contract.check(sglang_engine, violation.case)  # the shrunk case passes once the bug is gone again
 
 
 def test_intact_sglang_passes_the_seed_examples(sglang_engine):

@@ -1,0 +1,14 @@
+"""The assertions every meta-test makes of a contract that caught a bug put back into an engine (the reference's
+mutants, the bugs re-inserted into SGLang and vLLM)."""
+
+
+def assert_caught(violation, contract, engine) -> None:
+    """The violation is this contract's on this engine, and its repro line replays it there; the shrunk case passes
+    on the engine as it is when called (the intact one), so the failure was the bug's. A fixed-scenario contract has
+    no case to replay."""
+    name = engine.name
+    assert violation.contract_id == contract.id and violation.engine == name, str(violation)
+    assert f"'{name}'" in violation.repro or f"--engine {name}" in violation.repro, violation.repro
+    if contract.cases is not None:
+        assert violation.case is not None
+        contract.check(engine, violation.case)

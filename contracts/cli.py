@@ -204,13 +204,11 @@ def _report(args) -> int:
                     runs.append(json.load(f))
             except ValueError as e:  # json.JSONDecodeError names no file
                 raise ValueError(f"{path}: not a `check --json` file ({e})") from None
-        from contracts.html_report import render
+        from contracts.html_report import write_html
 
-        text = render(runs)
+        write_html(html, runs)
     except (OSError, ValueError) as e:
         return _fail(str(e), BAD_ARGS)
-    with open(html, "w", encoding="utf-8") as f:
-        f.write(text)
     print(f"dspark-contracts: wrote {html} ({len(runs)} run(s))")
     return OK
 

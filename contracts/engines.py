@@ -63,7 +63,12 @@ def load_engine(spec: str):
     return engine
 
 
+def engine_spec(engine) -> str:
+    """How the engine was loaded (an entry point name or module:factory); its `name` for an adapter built directly."""
+    return getattr(engine, "engine_spec", engine.name)
+
+
 def engine_label(engine) -> str:
     """The one name reports use: the adapter's `name`, plus the spec it was loaded by where that differs."""
-    spec = getattr(engine, "engine_spec", engine.name)
+    spec = engine_spec(engine)
     return engine.name if spec == engine.name else f"{engine.name} ({spec})"

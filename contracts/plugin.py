@@ -12,8 +12,10 @@ from hypothesis import settings
 
 from contracts import profiles
 from contracts.engines import EngineLoadError, chosen_engine, load_engine
-from contracts.report import ContractTable, engine_properties, failure_properties, find_violation
+from contracts.report import ContractTable, engine_properties, failure_properties
+from contracts.violation import find_violation
 
+OPT_IN = ("bench", "nightly", "triton")  # collected only when -m names them
 profiles.register()  # at import, so `--hypothesis-profile dev` resolves in Hypothesis' own configure
 
 MARKERS = {
@@ -129,7 +131,7 @@ def _cuda_capability():
 def pytest_collection_modifyitems(config, items):
     wanted = set(config.getoption("contract"))
     markexpr = config.getoption("markexpr") or ""
-    not_opted_in = {m for m in ("bench", "nightly", "triton") if m not in markexpr}  # opt-in: collected only when named
+    not_opted_in = {m for m in OPT_IN if m not in markexpr}
     keep, dropped = [], []
     capability = None
     for item in items:
@@ -144,7 +146,7 @@ def pytest_collection_modifyitems(config, items):
         keep.append(item)
         if contract_mark is not None:
             item.user_properties.append(("dspark_contract", contract_mark.args[0]))
-        if not marks & {"gpu", "b300", "bench", "nightly", "triton"}:
+        if not marks & {"gpu", "b300", *OPT_IN}:
             item.add_marker(pytest.mark.cpu)
         if "gpu" in marks or "b300" in marks:
             capability = capability or (_cuda_capability() or ("none",))
@@ -229,16 +231,15 @@ class _Recorder:
 
         contract, table = all_contracts()[contract_id], self.config.stash[_TABLE]
         if hasattr(report, "wasxfail"):
-            row = table.record(contract, "known-failure", report.duration, report.wasxfail, props)
+            outcome, detail = "known-failure", report.wasxfail
         elif report.skipped:
-            detail = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-            row = table.record(contract, "skipped", report.duration, detail, props)
+            outcome, detail = "skipped", report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         elif report.failed:
             crash = getattr(report.longrepr, "reprcrash", None)
-            detail = crash.message.splitlines()[0] if crash is not None and crash.message else report.when
-            row = table.record(contract, "failed", report.duration, detail, props)
+            outcome, detail = "failed", crash.message.splitlines()[0] if crash is not None and crash.message else report.when
         else:
-            row = table.record(contract, "passed", report.duration, "", props)
+            outcome, detail = "passed", ""
+        row = table.record(contract, outcome, report.duration, detail, props)
         if report.when == "teardown" and self.config.getoption("contracts_progress"):
             terminal = self.config.pluginmanager.get_plugin("terminalreporter")
             if terminal is not None:

@@ -19,9 +19,9 @@ FAILURE_KEYS = {"field": "dspark_field", "expected": "dspark_expected", "observe
 
 
 def engine_properties(engine) -> list:
-    from contracts.engines import engine_label
+    from contracts.engines import engine_label, engine_spec
 
-    values = (engine_label(engine), engine.name, getattr(engine, "engine_spec", engine.name), engine.version,
+    values = (engine_label(engine), engine.name, engine_spec(engine), engine.version,
               engine.device, ",".join(sorted(engine.capabilities)), getattr(engine, "backend", None) or "")
     return list(zip(ENGINE_KEYS, map(str, values)))
 
@@ -32,23 +32,6 @@ def placement_text(device, backend) -> str:
         return f"device={device}, backend=the engine's own"
     mode = {"triton": " (Triton interpreter)" if device == "cpu" else " (compiled Triton)"}.get(backend, "")
     return f"device={device}, backend={backend}{mode}"
-
-
-def find_violation(exc) -> Optional[BaseException]:
-    """The ContractViolation behind a test's exception: itself, its cause/context (a ledger xfail), a group member."""
-    from contracts.violation import ContractViolation
-
-    seen = set()
-    todo = [exc]
-    while todo:
-        e = todo.pop()
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
-        if isinstance(e, ContractViolation):
-            return e
-        todo += [e.__cause__, e.__context__, *getattr(e, "exceptions", ())]
-    return None
 
 
 def failure_properties(violation) -> list:

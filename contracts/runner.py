@@ -7,13 +7,9 @@ from hypothesis import example, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import FlakyFailure, UnsatisfiedAssumption
 
-from contracts.engines import engine_label
+from contracts.engines import engine_label, engine_spec
 from contracts.registry import Contract, all_contracts
-from contracts.violation import ContractViolation, Mismatch
-
-
-def engine_spec(engine) -> str:
-    return getattr(engine, "engine_spec", engine.name)
+from contracts.violation import ContractViolation, Mismatch, find_violation
 
 
 def _placement(engine):
@@ -83,25 +79,13 @@ def run_contract(contract: Contract, engine, *, profile: str | None = None, seed
     settings(base, **overrides)(test)()
 
 
-def flaky_violation(failure: BaseException):
-    """The ContractViolation inside a Hypothesis FlakyFailure (a case that failed and then passed on replay, e.g. an
-    engine reading uninitialised memory), searched through nested groups; None when the group holds none."""
-    todo = [failure]
-    while todo:
-        e = todo.pop(0)
-        if isinstance(e, ContractViolation):
-            return e
-        todo.extend(getattr(e, "exceptions", ()))
-    return None
-
-
 def violation_of(contract: Contract, engine, **settings) -> ContractViolation:
     """Run the contract as `check` does and return the ContractViolation it raised (the one inside a FlakyFailure
     when the failing case passed on replay); AssertionError when it passed or failed otherwise."""
     try:
         run_contract(contract, engine, profile="ci", **settings)
     except (ContractViolation, FlakyFailure) as failure:
-        violation = flaky_violation(failure)
+        violation = find_violation(failure, chain=False)
         if violation is None:
             raise AssertionError(f"{contract.id} failed without a ContractViolation: {failure!r}") from failure
         return violation
@@ -123,7 +107,7 @@ def run_with_ledger(contract: Contract, engine) -> None:
         run_contract(contract, engine)
     except (ContractViolation, FlakyFailure) as failure:
         flaky = isinstance(failure, FlakyFailure)
-        violation = flaky_violation(failure) if flaky else failure
+        violation = find_violation(failure, chain=False)
         entry = None if violation is None else ledger.match(known, violation)
         if entry is None:  # a failure the ledger does not describe is a failure
             raise

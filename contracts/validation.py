@@ -71,17 +71,16 @@ def contract_ids(ids: Iterable[str], known: Iterable[str]) -> list:
     return out
 
 
-def capability(level: str, flag: str = "--require") -> str:
+def capability(level: str) -> str:
+    """`--require LEVEL`: a known capability."""
     if level not in CAPABILITIES:
-        raise ValueError(f"{flag}: unknown capability {level!r}{_suggest(level, CAPABILITIES)} "
+        raise ValueError(f"--require: unknown capability {level!r}{_suggest(level, CAPABILITIES)} "
                          f"(known: {', '.join(sorted(CAPABILITIES))})")
     return level
 
 
 def workers(value: str) -> str:
     """`-n`: a positive int or 'auto', and pytest-xdist installed to honour it."""
-    import importlib.util
-
     text = str(value).strip().lower()
     if text != "auto" and not (text.isdigit() and int(text) > 0):
         raise ValueError(f"-n/--workers: expected a positive integer or 'auto', got {value!r}")

@@ -25,3 +25,18 @@ class ContractViolation(AssertionError):
         if repro:
             lines.append(f"  repro: {repro}")
         super().__init__("\n".join(lines))
+
+
+def find_violation(exc, *, chain: bool = True):
+    """The ContractViolation behind an exception: itself, a member of an exception group (a Hypothesis FlakyFailure),
+    and with `chain` its cause or context (a ledger xfail raised while handling one); None when there is none."""
+    seen, todo = set(), [exc]
+    while todo:
+        e = todo.pop(0)
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, ContractViolation):
+            return e
+        todo += [*getattr(e, "exceptions", ()), *((e.__cause__, e.__context__) if chain else ())]
+    return None

@@ -176,6 +176,11 @@ class DecodeLoopMachine(RuleBasedStateMachine):
         g = self.spec.gamma
         floor = max(self.spec.min_verify_len, 1)
         planned_rows = []
+        if self.spec.verify_mode != "static" and view.budget is None:
+            lag = self.engine.overlap_budget_lag(self.h)
+            expect(self.overlap and self.overlap_steps < lag, "step budget",
+                   f"a budget (none only in the first {lag} steps with overlap on)",
+                   f"none, overlap {'on for ' + str(self.overlap_steps) + ' steps' if self.overlap else 'off'}")
         for i, rid in enumerate(view.rids):
             L, n, c, trim = view.verify_lens[i], view.correct_lens[i], view.commit_lens[i], view.cap_trim[i]
             expect(1 <= L <= g + 1, f"request {rid} verify_len", f"in [1, {g + 1}]", L)
@@ -186,10 +191,6 @@ class DecodeLoopMachine(RuleBasedStateMachine):
                 expect_equal(f"request {rid} verify_len (static)", g + 1, L)
                 expect_equal(f"request {rid} cap_trim (static)", 0, trim)
             elif view.budget is None:  # nothing resolved yet: no plan, every row verifies all
-                lag = self.engine.overlap_budget_lag(self.h)
-                expect(self.overlap and self.overlap_steps < lag, "step budget",
-                       f"a budget (none only in the first {lag} steps with overlap on)",
-                       f"none, overlap {'on for ' + str(self.overlap_steps) + ' steps' if self.overlap else 'off'}")
                 expect(not view.planned[i] and L == g + 1, f"request {rid} without a budget", f"verify all ({g + 1})",
                        f"L={L}, planned={view.planned[i]}")
             else:

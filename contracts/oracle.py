@@ -28,6 +28,20 @@ def _f64(t: torch.Tensor) -> torch.Tensor:
     return torch.as_tensor(t, dtype=torch.float64)
 
 
+def survival(confidence) -> list:
+    """The running product of one row of per-position confidences, in float64 (Python floats)."""
+    out, acc = [], 1.0
+    for c in confidence:
+        acc *= float(c)
+        out.append(acc)
+    return out
+
+
+def smallest_size(sizes, n: int):
+    """The smallest of `sizes` holding n (>= n), or None when none does."""
+    return min((s for s in sizes if s >= n), default=None)
+
+
 def residual_law(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """``normalize(max(p - q, 0))`` over the last dim; ``p`` where that has no mass."""
     p, q = _f64(p), _f64(q)

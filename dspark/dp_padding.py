@@ -16,9 +16,10 @@ all-gather handed in (dspark.dp_runner's collectives on real ranks, or any funct
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence, Tuple
+
+from dspark.graph_buckets import graph_batch_size
 
 
 @dataclass(frozen=True)
@@ -37,8 +38,8 @@ class Padding:
 
 
 def graph_size(tokens: int, graph_sizes: Sequence[int]) -> Optional[int]:
-    i = bisect_left(graph_sizes, tokens)
-    return graph_sizes[i] if i < len(graph_sizes) else None
+    """The smallest captured size >= tokens (sizes strictly increasing); None without graphs or when none covers it."""
+    return graph_batch_size(tokens, graph_sizes) if graph_sizes else None
 
 
 def local_plan(tokens: int, graph_sizes: Sequence[int], microbatches: int, threshold: int) -> RankPlan:

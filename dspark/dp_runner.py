@@ -48,6 +48,7 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 
 from dspark import _validate
+from dspark.spec_info import draft_query_width
 
 OPS = ("counts", "views", "draft_tokens")  # the collectives of one step, in order, on every rank
 ROW_FIELDS = ("token", "src_rank", "req", "pos")  # columns of a draft-buffer row
@@ -110,7 +111,7 @@ class DpRunConfig:
 
     @property
     def query_token_num(self) -> int:
-        return self.gamma if self.sample_from_anchor else self.gamma + 1
+        return draft_query_width(self.gamma, self.sample_from_anchor)
 
 
 def validate_config(cfg: DpRunConfig) -> None:

@@ -14,7 +14,7 @@ import torch
 from dspark import _validate
 from dspark.forward_batch_info import ForwardBatch
 from dspark.schedule_batch import ForwardMode
-from dspark.spec_info import SpecInput, spec_scale_global_num_tokens
+from dspark.spec_info import SpecInput, draft_query_width, spec_scale_global_num_tokens
 
 
 @dataclass
@@ -78,7 +78,7 @@ class DraftBlockProposer:
 
     @property
     def query_token_num(self) -> int:
-        return self.gamma if self.sample_from_anchor else self.gamma + 1
+        return draft_query_width(self.gamma, self.sample_from_anchor)
 
     def propose(self, drafter, ctx_tokens, ctx_hiddens, anchors: torch.Tensor, temperatures: torch.Tensor,
                 gumbel: torch.Tensor) -> DraftProposal:

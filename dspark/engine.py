@@ -27,7 +27,7 @@ from dspark import _validate, disaggregation, planner, sampling, verify
 from dspark.draft_input import DraftInput
 from dspark.dspark_draft import DraftBlockProposer
 from dspark.engine_types import PrefillHandoff, Request, RequestState, SamplingParams, StepLaws, StepRecord
-from dspark.graph_buckets import capture_num_tokens, pad_to_bucket
+from dspark.graph_buckets import capture_num_tokens
 from dspark.overlap_utils import BudgetConfidence, FutureMap, RelayPayload
 from dspark.schedule_batch import Req, ReqToTokenPool, ScheduleBatch
 
@@ -346,11 +346,9 @@ class DSparkEngine:
         if self.config.verify_mode != "compact" or lens is None:
             logits, hidden = self.target.forward_pairs(prev2, cand)
             return logits, hidden, cand.numel(), None
-        graph_tokens = None
         total = int(lens.sum())
-        if self.config.capture_bs:
-            buckets = capture_num_tokens(self.config.capture_bs, self.T)
-            graph_tokens = pad_to_bucket(total, buckets) if total <= buckets[-1] else None
+        tiers = capture_num_tokens(self.config.capture_bs, self.T) if self.config.capture_bs else None
+        graph_tokens = planner.compact_graph_tier(lens, tiers)
         layout = planner.RaggedVerifyLayout.from_lens(lens, self.T, pad_to=graph_tokens)
         ids, real = layout.pack(cand), layout.valid
         before = torch.cat([prev2[:, None], cand[:, :-1]], dim=1).reshape(-1)[layout.window_index().clamp(min=0)]

@@ -9,10 +9,11 @@ largest raw per-rank request count, padded to the smallest captured size.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Sequence
 
 from dspark import _validate
 from dspark.graph_buckets import max_dp_batch_size, normalize_capture_bs, pad_to_bucket
+from dspark.spec_info import draft_query_width
 
 
 @dataclass
@@ -50,14 +51,10 @@ class DecodeGraphRunner:
         return Replay(bs, fb.batch_size, bs * self.captured_req_width)
 
 
-def draft_width(gamma: int, sample_from_anchor: bool) -> int:
-    return gamma if sample_from_anchor else gamma + 1
-
-
-def runner_width(runner: str, gamma: int, sample_from_anchor: bool, *, verify_width: Optional[int] = None) -> int:
+def runner_width(runner: str, gamma: int, sample_from_anchor: bool) -> int:
     """Tokens per request slot: the verify window on the target, the draft query width on the draft."""
     if runner == "target":
-        return gamma + 1 if verify_width is None else verify_width
+        return gamma + 1
     if runner == "draft":
-        return draft_width(gamma, sample_from_anchor)
+        return draft_query_width(gamma, sample_from_anchor)
     raise ValueError(f"runner: expected 'target' or 'draft', got {runner!r}")

@@ -37,16 +37,21 @@ class ConfidenceRing:
 
     def push(self, rows: torch.Tensor, confidence: torch.Tensor, generation: torch.Tensor) -> None:
         _validate.same_length(rows=rows, confidence=confidence, generation=generation)
+        if self.width is not None and self.width != confidence.shape[1]:
+            raise ValueError(f"confidence: width {confidence.shape[1]} != relay width {self.width}")
         if self._history:
             conf, gen = (t.clone() for t in self._history[-1])
-            if conf.shape[1] != confidence.shape[1]:
-                raise ValueError(f"confidence: width {confidence.shape[1]} != relay width {conf.shape[1]}")
         else:
             conf = torch.zeros(self.req_pool_size, confidence.shape[1], dtype=torch.float64)
             gen = torch.zeros(self.req_pool_size, dtype=torch.int64)
         rows = rows.cpu().to(torch.int64)
         conf[rows], gen[rows] = confidence.cpu().to(torch.float64), generation.cpu().to(torch.int64)
         self._history = (self._history + [(conf, gen)])[-self.lag:]
+
+    @property
+    def width(self):
+        """gamma of the confidence pushed so far; None before the first push."""
+        return self._history[-1][0].shape[1] if self._history else None
 
     def clear(self) -> None:
         """Forget every push (a path that starts again has no history)."""
@@ -140,7 +145,6 @@ class FutureMap:
         self.needs_cpu_seq_lens = needs_cpu_seq_lens
         self.output_tokens_buf = torch.full((req_pool_size,), POISON, dtype=torch.int64, device=self.device)
         self.new_seq_lens_buf = torch.full((req_pool_size,), POISON, dtype=torch.int64, device=self.device)
-        self.confidence_buf: Optional[torch.Tensor] = None  # lazily sized by the first publish with confidence
         self.confidence_ring = ConfidenceRing(req_pool_size)  # what the budget of a later step reads
         self.dsa_topk_indices_buf: Optional[torch.Tensor] = None  # DSPARK never relays DSA indices
         self._fresh_seq_lens = torch.zeros(req_pool_size, dtype=torch.bool)
@@ -165,8 +169,9 @@ class FutureMap:
         if confidence is not None:
             if not isinstance(confidence, torch.Tensor) or confidence.dim() != 2 or confidence.shape[0] != rows.numel():
                 raise ValueError("confidence: expected a [len(indices), gamma] tensor")
-            if self.confidence_buf is not None and self.confidence_buf.shape[1] != confidence.shape[1]:
-                raise ValueError(f"confidence: width {confidence.shape[1]} != relay width {self.confidence_buf.shape[1]}")
+            width = self.confidence_ring.width
+            if width is not None and width != confidence.shape[1]:
+                raise ValueError(f"confidence: width {confidence.shape[1]} != relay width {width}")
             if generation is None:
                 raise ValueError("generation: required with confidence (the publishing requests' row generations)")
             _validate.int_tensor("generation", generation)
@@ -175,9 +180,6 @@ class FutureMap:
             return
         self.new_seq_lens_buf[rows] = new_seq_lens.to(self.new_seq_lens_buf)
         if confidence is not None:
-            if self.confidence_buf is None:
-                self.confidence_buf = torch.zeros(self.req_pool_size, confidence.shape[1], dtype=torch.float64, device=self.device)
-            self.confidence_buf[rows] = confidence.to(self.confidence_buf)
             self.confidence_ring.push(rows, confidence, generation)
         self._fresh_seq_lens[rows.cpu()] = True
         self.publish_ready = True
@@ -244,7 +246,4 @@ class FutureMap:
 
     def snapshot(self) -> dict[str, torch.Tensor]:
         """Copies of the relay buffers, for checking what a call touched."""
-        snap = {"output_tokens_buf": self.output_tokens_buf.clone(), "new_seq_lens_buf": self.new_seq_lens_buf.clone()}
-        if self.confidence_buf is not None:
-            snap["confidence_buf"] = self.confidence_buf.clone()
-        return snap
+        return {"output_tokens_buf": self.output_tokens_buf.clone(), "new_seq_lens_buf": self.new_seq_lens_buf.clone()}

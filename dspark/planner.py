@@ -20,6 +20,7 @@ from typing import Optional, Sequence
 import torch
 
 from dspark import _validate
+from dspark.graph_buckets import graph_batch_size
 
 SURVIVAL_EPS = 1e-6
 
@@ -282,6 +283,14 @@ class PlannedStep:
     graph_num_tokens: Optional[int]  # compact mode: the captured token tier the packed rows are padded to
 
 
+def compact_graph_tier(verify_lens: torch.Tensor, capture_num_tokens: Optional[Sequence[int]]) -> Optional[int]:
+    """The smallest captured token tier that holds a compact step's sum(L) tokens; None without graphs or when none
+    does (the step runs eagerly)."""
+    if not capture_num_tokens:
+        return None
+    return graph_batch_size(int(verify_lens.sum()), sorted(capture_num_tokens))
+
+
 def plan_step(budget_confidence: torch.Tensor, confidence: torch.Tensor, *, verify_mode: str, table=None,
               force_budget_frac: Optional[float] = None, capture_num_tokens: Optional[Sequence[int]] = None,
               min_verify_len: int = 1, max_verify_len: Optional[int] = None, eps: float = SURVIVAL_EPS) -> PlannedStep:
@@ -292,8 +301,4 @@ def plan_step(budget_confidence: torch.Tensor, confidence: torch.Tensor, *, veri
     budget = compute_verify_token_budget(survival(budget_confidence), table, eps=eps, force_budget_frac=force_budget_frac)
     lens = schedule_verify_lens(survival(confidence), budget, min_verify_len=min_verify_len, max_verify_len=max_verify_len,
                                 eps=eps)
-    tier = None
-    if verify_mode == "compact" and capture_num_tokens:
-        total = int(lens.sum())
-        tier = next((t for t in sorted(capture_num_tokens) if t >= total), None)
-    return PlannedStep(budget, lens, tier)
+    return PlannedStep(budget, lens, compact_graph_tier(lens, capture_num_tokens) if verify_mode == "compact" else None)

@@ -102,16 +102,18 @@ class ScheduleBatch:
         pool_idx = torch.tensor([r.req_pool_idx for r in reqs], dtype=torch.int64)
         _validate.in_range("req_pool_indices", pool_idx, 0, pool.size)
         _validate.unique("req_pool_indices", pool_idx)
+        committed = []
         for r in reqs:
             if not r.output_ids:
                 raise ValueError(f"reqs[{r.rid}].output_ids: a prebuilt request carries its first sampled token")
             if r.kv_committed_len > pool.max_context_len:
                 raise ValueError(f"reqs[{r.rid}].kv_committed_len: {r.kv_committed_len} exceeds the pool slot ({pool.max_context_len})")
             # The KV holds every transferred token but the last sampled one, the first decode's anchor.
-            if r.kv_committed_len != len(r.origin_input_ids) + len(r.output_ids) - 1:
+            committed.append(len(r.origin_input_ids) + len(r.output_ids) - 1)
+            if r.kv_committed_len != committed[-1]:
                 raise ValueError(f"reqs[{r.rid}].kv_committed_len: {r.kv_committed_len}, but the prompt and all outputs "
-                                 f"but the last make {len(r.origin_input_ids) + len(r.output_ids) - 1}")
-        seq_lens = torch.tensor([len(r.origin_input_ids) + len(r.output_ids) - 1 for r in reqs], dtype=torch.int64)
+                                 f"but the last make {committed[-1]}")
+        seq_lens = torch.tensor(committed, dtype=torch.int64)
         return cls(
             reqs=list(reqs),
             req_to_token_pool=pool,

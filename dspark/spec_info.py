@@ -87,6 +87,11 @@ class SpeculativeAlgorithm(enum.Enum):
         raise NotImplementedError(f"the reference engine does not model the PD handoff for {self.name}")
 
 
+def draft_query_width(gamma: int, sample_from_anchor: bool) -> int:
+    """Q, the draft forward's tokens per request: gamma when the anchor row samples the first draft, else gamma + 1."""
+    return gamma if sample_from_anchor else gamma + 1
+
+
 def spec_scale_global_num_tokens(spec_info: SpecInput, global_num_tokens, global_num_tokens_for_logprob):
     """Scale per-DP-rank request counts to token counts: `count * num_tokens_per_req`.
 

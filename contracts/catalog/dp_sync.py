@@ -11,6 +11,7 @@ import dataclasses
 
 import torch
 
+from contracts import oracle
 from contracts.boundary.dp import COUNT_FIELDS, FLAG_FIELDS
 from contracts.checks import expect, expect_dtype, expect_equal, expect_values
 from contracts.protocol import DP_METADATA, DP_PADDING
@@ -184,17 +185,13 @@ def _padding_steps(engine, case):
         yield s, obs, [o.tokens for o in obs]
 
 
-def _smallest_size(sizes, tokens):
-    fitting = [g for g in sizes if g >= tokens]
-    return min(fitting) if fitting else None
-
-
 def _expected_lockstep(case, tokens):
     """(graphs replayed, microbatched, shared count) from first principles: graphs when one captured size covers the
     largest rank; microbatches when every rank asks and each rank's last part (the shared count split into equal
     parts, the last taking the rest) holds a real token of it."""
-    graph = _smallest_size(case.graph_sizes, max(tokens)) is not None
-    shared = _smallest_size(case.graph_sizes, max(tokens)) if graph else max(tokens)
+    size = oracle.smallest_size(case.graph_sizes, max(tokens))
+    graph = size is not None
+    shared = size if graph else max(tokens)
     n = case.microbatches
     micro = n > 1 and all(t >= case.microbatch_threshold and _last_part_holds_a_real_token(shared, n, t) for t in tokens)
     return graph, micro, shared

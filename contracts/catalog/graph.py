@@ -9,6 +9,7 @@ counts. Expectations come from the case and the captured sizes alone.
 
 from __future__ import annotations
 
+from contracts import oracle
 from contracts.checks import expect, expect_equal
 from contracts.protocol import GRAPH
 from contracts.registry import contract
@@ -45,9 +46,9 @@ def smallest_bucket_that_fits(engine, case):
     if not obs.admitted:
         return
     raw = _raw(case)
-    fits = [c for c in obs.captured_bs if c >= raw]
-    expect(bool(fits), "admitted batch", f"a captured size >= {raw}", list(obs.captured_bs))
-    expect_equal(f"replayed size (raw {raw}, captured {list(obs.captured_bs)})", min(fits), obs.replay_bs)
+    size = oracle.smallest_size(obs.captured_bs, raw)
+    expect(size is not None, "admitted batch", f"a captured size >= {raw}", list(obs.captured_bs))
+    expect_equal(f"replayed size (raw {raw}, captured {list(obs.captured_bs)})", size, obs.replay_bs)
     expect(obs.replay_bs >= case.local_bs, "replayed size", f">= the {case.local_bs} live requests (padding rounds up)",
            obs.replay_bs)
     expect_equal("live requests carried", case.local_bs, obs.raw_bs)

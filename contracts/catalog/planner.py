@@ -20,6 +20,7 @@ from fractions import Fraction
 import hypothesis
 import torch
 
+from contracts import oracle
 from contracts.boundary.engine import FLAT_SPS, BudgetCase, PlanCase, ScheduleCase, SpsSpec
 from contracts.checks import expect, expect_equal
 from contracts.protocol import PLANNER, PLANNER_EMPTY_BATCH, PLANNER_MIN_VERIFY_LEN
@@ -40,14 +41,7 @@ FORCED_FLAT_COMPACT = PlanCase(((0.0,),), "compact", None, 0.25)
 
 def _survival(confidence) -> list:
     """[bs][gamma] running products, float64."""
-    out = []
-    for row in confidence:
-        acc, s = 1.0, []
-        for c in row:
-            acc *= float(c)
-            s.append(acc)
-        out.append(s)
-    return out
+    return [oracle.survival(row) for row in confidence]
 
 
 def _near(a: float, b: float) -> bool:

@@ -8,8 +8,7 @@ values come from the scenario alone: request counts, Q, the captured buckets, bu
 
 from __future__ import annotations
 
-from bisect import bisect_left
-
+from contracts import oracle
 from contracts.checks import expect, expect_equal
 from contracts.protocol import RANKS, RANKS_TP
 from contracts.registry import contract
@@ -41,11 +40,6 @@ def _each(engine):
 
 def _at(scenario, s, r, field):
     return f"{scenario.name} step {s} rank {r}: {field}"
-
-
-def _bucket(capture_bs, raw):
-    buckets = sorted(capture_bs)
-    return None if raw > buckets[-1] else buckets[bisect_left(buckets, raw)]
 
 
 def _largest_plan(bs, budget, T):
@@ -86,7 +80,7 @@ def same_raw_counts_on_every_rank(engine):
           requires={RANKS})
 def same_graph_bucket_on_every_rank(engine):
     for scenario, s, r, o in _each(engine):
-        expect_equal(_at(scenario, s, r, "graph batch size"), _bucket(scenario.capture_bs, max(scenario.batch_sizes[s])),
+        expect_equal(_at(scenario, s, r, "graph batch size"), oracle.smallest_size(scenario.capture_bs, max(scenario.batch_sizes[s])),
                      o.graph_bs)
 
 

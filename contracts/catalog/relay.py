@@ -8,6 +8,7 @@ has no history. Expectations come from the case alone: who was in which step, an
 
 from __future__ import annotations
 
+from contracts import oracle
 from contracts.checks import expect
 from contracts.protocol import RELAY
 from contracts.registry import contract
@@ -35,7 +36,7 @@ def budget_reads_own_lagged_confidence(engine, case):
             continue
         before = set(batches[s - lag]) if s >= lag else set()
         for i, rid in enumerate(rids):
-            want = _running_product(case.confidence(rid, s - lag)) if rid in before else [1.0] * case.gamma
+            want = oracle.survival(case.confidence(rid, s - lag)) if rid in before else [1.0] * case.gamma
             got = list(read.survival[i])
             if len(got) != len(want) or any(abs(a - b) > TOL for a, b in zip(got, want)):
                 if rid in before:
@@ -45,14 +46,6 @@ def budget_reads_own_lagged_confidence(engine, case):
                 else:
                     why = f"1s: it joined at step {_joined(case, rid)}, after step {s - lag}"
                 raise Mismatch(f"step {s}: survival the budget read for request {rid}", f"{want} ({why})", got)
-
-
-def _running_product(xs) -> list:
-    out, acc = [], 1.0
-    for x in xs:
-        acc *= x
-        out.append(acc)
-    return out
 
 
 def _joined(case, rid) -> int:

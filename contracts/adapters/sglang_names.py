@@ -1,5 +1,6 @@
 """SGLang's names for the DP level's engine-neutral fields (contracts.boundary.dp): SGLang 0.5.23's ForwardBatch
-attributes, which the reference engine's ForwardBatch mirrors. Both adapters read their engine through this table."""
+attributes, which the reference engine's ForwardBatch mirrors, and the scheduler-batch fields they are filled from. Both
+adapters read and set their engine through this module."""
 
 import copy
 
@@ -25,3 +26,13 @@ def dp_fields(fb) -> dict:
     from contracts.boundary.dp import ALL_FIELDS
 
     return {f: copy.deepcopy(getattr(fb, FIELD_NAMES[f], None)) for f in ALL_FIELDS}
+
+
+def set_dp_inputs(batch, case) -> None:
+    """A scheduler batch's DP inputs from a DpSyncCase, as SGLang's MLP-sync gather sets them."""
+    lists = lambda v: None if v is None else list(v)  # noqa: E731
+    batch.global_num_tokens = lists(case.rank_counts)
+    batch.global_num_tokens_for_logprob = lists(case.rank_logprob_counts)
+    batch.dp_spec_prefill_coordination_applied = case.prefill_coordination_applied
+    batch.can_run_decode_cuda_graph = case.graph_replay_allowed
+    batch.is_extend_in_batch = case.extend_in_batch

@@ -149,6 +149,13 @@ class VerifyInputs:
             return torch.full((self.bs,), self.gamma + 1, dtype=torch.int64)
         return self.verify_lens.to(torch.int64)
 
+    def sampling_settings(self) -> list:
+        """Each row's (temperature, top_k, top_p) as Python numbers; unset fields are 1.0, 0 (no cut) and 1.0."""
+        temps = [1.0] * self.bs if self.temperatures is None else [float(t) for t in self.temperatures]
+        ks = [0] * self.bs if self.top_k is None else [int(k) for k in self.top_k]
+        ps = [1.0] * self.bs if self.top_p is None else [float(p) for p in self.top_p]
+        return list(zip(temps, ks, ps))
+
     def rows(self, index) -> "VerifyInputs":
         """The sub-batch of rows ``index`` (a list or int64 tensor; repeats and reorders allowed)."""
         index = torch.as_tensor(index, dtype=torch.int64)

@@ -358,14 +358,11 @@ def accept_reads_the_right_laws(engine, case):
             expect(got.dtype in DIST_ATOL, f"{name} probabilities dtype", "float32 or float64", got.dtype)
     p = d.target_probs.reshape(inputs.bs, inputs.gamma + 1, -1).to(torch.float64)
     bs, T, v = p.shape
-    temps = torch.ones(bs, dtype=torch.float64) if inputs.temperatures is None else inputs.temperatures.to(torch.float64)
-    ks = [0] * bs if inputs.top_k is None else inputs.top_k.tolist()
-    ps = [1.0] * bs if inputs.top_p is None else inputs.top_p.tolist()
     tol = DIST_ATOL[d.target_probs.dtype]
-    for b in range(bs):
-        law = oracle.sampling_law(inputs.target_logits[b].to(torch.float64), float(temps[b]), int(ks[b]), float(ps[b]))
+    for b, (t, k, top_p) in enumerate(inputs.sampling_settings()):
+        law = oracle.sampling_law(inputs.target_logits[b].to(torch.float64), t, k, top_p)
         err = float((p[b] - law).abs().max())
-        expect(err <= tol, f"target law of row {b} (T={float(temps[b]):g}, top_k={ks[b]}, top_p={ps[b]:g})",
+        expect(err <= tol, f"target law of row {b} (T={t:g}, top_k={k}, top_p={top_p:g})",
                f"the oracle's within {tol:g}", f"max error {err:.3g}: {p[b, 0].tolist()} vs {law[0].tolist()}")
     if inputs.draft_probs is None:
         if d.draft_probs is not None:

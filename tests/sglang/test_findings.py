@@ -22,10 +22,8 @@ pytestmark = pytest.mark.skipif(sglang_env.sglang_unavailable_reason() is not No
 
 
 @pytest.fixture(scope="module")
-def engines():
-    from contracts.engines import load_engine
-
-    return {name: load_engine(name) for name in ("sglang", "sglang-chain")}
+def engines(sglang_engine, sglang_chain_engine):
+    return {"sglang": sglang_engine, "sglang-chain": sglang_chain_engine}
 
 
 def _row_widened_for_dflash(mp):

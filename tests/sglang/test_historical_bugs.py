@@ -9,20 +9,10 @@ violation names the contract and engine, carries a shrunk case and a repro line.
 import pytest
 import torch
 
-from contracts.adapters import sglang_env
 from contracts.registry import all_contracts
 from contracts.runner import run_contract
 from contracts.violation import ContractViolation
 from tests.caught import assert_caught
-
-
-@pytest.fixture(scope="module")
-def sglang_engine():
-    if sglang_env.sglang_unavailable_reason() is not None:
-        pytest.skip(sglang_env.sglang_unavailable_reason())
-    from contracts.engines import load_engine
-
-    return load_engine("sglang")
 
 
 def _dispatch_falls_through(mp):

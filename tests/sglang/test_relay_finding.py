@@ -18,13 +18,6 @@ pytestmark = pytest.mark.skipif(sglang_env.sglang_unavailable_reason() is not No
                                 reason=str(sglang_env.sglang_unavailable_reason()))
 
 
-@pytest.fixture(scope="module")
-def engine():
-    from contracts.engines import load_engine
-
-    return load_engine("sglang")
-
-
 def _host_ring(mp):
     """The CUDA path's ring, on the host: copy confidence and writer generations at each publish, read LAG back."""
     from sglang.srt.managers import overlap_utils as ou
@@ -59,29 +52,29 @@ def _host_ring(mp):
     mp.setattr(ou.ConfidenceRelay, "resolve", resolve)
 
 
-def test_the_host_relay_reads_a_step_too_late_and_lends_a_reused_rows_history(engine):
+def test_the_host_relay_reads_a_step_too_late_and_lends_a_reused_rows_history(sglang_engine):
     with pytest.raises(ContractViolation) as caught:
-        check_case(all_contracts()["RELAY-001"], engine, REUSE_CASE)
+        check_case(all_contracts()["RELAY-001"], sglang_engine, REUSE_CASE)
     assert "step 1: budget" in caught.value.what or "survival the budget read" in caught.value.what
 
 
-def test_a_reused_row_passes_on_the_previous_occupants_history(engine):
+def test_a_reused_row_passes_on_the_previous_occupants_history(sglang_engine):
     """Step 2: request 2 takes request 0's row; its budget reads request 0's step-1 confidence."""
-    reads = engine.run_confidence_relay(REUSE_CASE)
+    reads = sglang_engine.run_confidence_relay(REUSE_CASE)
     joined = reads[2].rids.index(2)
     prior = REUSE_CASE.confidence(0, 1)
     assert reads[2].survival[joined] == pytest.approx([prior[0], prior[0] * prior[1]])
 
 
-def test_the_ring_on_the_host_passes(engine, monkeypatch):
+def test_the_ring_on_the_host_passes(sglang_engine, monkeypatch):
     _host_ring(monkeypatch)
-    run_contract(all_contracts()["RELAY-001"], engine, profile="ci")
+    run_contract(all_contracts()["RELAY-001"], sglang_engine, profile="ci")
 
 
-def test_without_overlap_the_planner_carry_already_passes(engine):
+def test_without_overlap_the_planner_carry_already_passes(sglang_engine):
     from dataclasses import replace
 
-    check_case(all_contracts()["RELAY-001"], engine, replace(REUSE_CASE, overlap=False))
+    check_case(all_contracts()["RELAY-001"], sglang_engine, replace(REUSE_CASE, overlap=False))
 
 
 def _carry_without_generation(mp):
@@ -110,11 +103,11 @@ def _carry_one_step_short(mp):
 
 
 @pytest.mark.parametrize("bug", [_carry_without_generation, _carry_one_step_short], ids=lambda f: f.__name__.strip("_"))
-def test_re_inserted_relay_bugs_are_caught(engine, monkeypatch, bug):
+def test_re_inserted_relay_bugs_are_caught(sglang_engine, monkeypatch, bug):
     """On top of the host-ring correction (so unmodified paths pass), each bug fails RELAY-001 with a shrunk case."""
     _host_ring(monkeypatch)
     bug(monkeypatch)
     with pytest.raises(ContractViolation) as caught:
-        run_contract(all_contracts()["RELAY-001"], engine, profile="ci")
+        run_contract(all_contracts()["RELAY-001"], sglang_engine, profile="ci")
     assert caught.value.case is not None and caught.value.repro.startswith("python -c")
     assert "survival the budget read" in caught.value.what

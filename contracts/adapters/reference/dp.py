@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import torch
 
-from contracts.adapters.sglang_names import dp_fields
+from contracts.adapters.sglang_names import dp_fields, set_dp_inputs
 from contracts.boundary.dp import DpPaddingCase, DpPaddingRank, DpPaddingRun, DpSyncCase, DpSyncObservation
 from dspark import dp_padding, forward_batch_info, spec_info
 from dspark.draft_input import DraftInput
@@ -29,12 +29,7 @@ class ReferenceDpMetadata:
         reqs = [Req(rid=i, origin_input_ids=[0], output_ids=[1], req_pool_idx=i, kv_committed_len=1) for i in range(case.bs)]
         batch = ScheduleBatch.prebuilt(reqs, pool, speculative_num_draft_tokens=case.gamma + 1)
         batch.spec_info = DraftInput(bonus_tokens=torch.ones(case.bs, dtype=torch.int64), new_seq_lens=batch.seq_lens.clone())
-        lists = lambda v: None if v is None else list(v)  # noqa: E731
-        batch.global_num_tokens = lists(case.rank_counts)
-        batch.global_num_tokens_for_logprob = lists(case.rank_logprob_counts)
-        batch.dp_spec_prefill_coordination_applied = case.prefill_coordination_applied
-        batch.can_run_decode_cuda_graph = case.graph_replay_allowed
-        batch.is_extend_in_batch = case.extend_in_batch
+        set_dp_inputs(batch, case)
         return proposer, batch
 
     def _observe(self, case: DpSyncCase, fill) -> DpSyncObservation:

@@ -32,9 +32,9 @@ def _target(inputs: VerifyInputs) -> torch.Tensor:
     """The target law the engine builds from the logits and the rows' settings (the given law when none are set)."""
     if inputs.temperatures is None:
         return inputs.target_probs
-    ks = [0] * inputs.bs if inputs.top_k is None else inputs.top_k.tolist()
-    ps = [1.0] * inputs.bs if inputs.top_p is None else inputs.top_p.tolist()
-    probs = sampling.target_probs(inputs.target_logits, inputs.temperatures.tolist(), ks, ps)
+    settings = inputs.sampling_settings()
+    probs = sampling.target_probs(inputs.target_logits, [s[0] for s in settings], [s[1] for s in settings],
+                                  [s[2] for s in settings])
     return probs.to(inputs.target_probs.dtype)
 
 

@@ -6,12 +6,10 @@ from types import SimpleNamespace
 
 from contracts.adapters.sglang.draft import build_draft_side, idle_participation, propose
 from contracts.adapters.sglang.runtime import CPU, runtime
-from contracts.adapters.sglang_names import dp_fields
+from contracts.adapters.sglang_names import dp_fields, set_dp_inputs
 from contracts.boundary.dp import DpSyncCase, DpSyncObservation
 
 PREFIX = 10  # committed tokens per request; the fill does not read them
-
-
 
 
 def _scheduler_batch(case: DpSyncCase):
@@ -32,12 +30,7 @@ def _scheduler_batch(case: DpSyncCase):
         else:  # the scheduler's idle batch for a DP rank with nothing to run (get_idle_batch)
             batch = rt.schedule_batch(pools, [], enable_overlap=False)
             batch.prepare_for_idle()
-    lists = lambda v: None if v is None else list(v)  # noqa: E731
-    batch.global_num_tokens = lists(case.rank_counts)
-    batch.global_num_tokens_for_logprob = lists(case.rank_logprob_counts)
-    batch.dp_spec_prefill_coordination_applied = case.prefill_coordination_applied
-    batch.can_run_decode_cuda_graph = case.graph_replay_allowed
-    batch.is_extend_in_batch = case.extend_in_batch
+    set_dp_inputs(batch, case)
     return batch, pools
 
 

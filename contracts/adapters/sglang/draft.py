@@ -26,7 +26,7 @@ from types import SimpleNamespace
 import torch
 
 from contracts.adapters import sglang_env
-from contracts.adapters.sglang.runtime import CPU, cpu_kernels, runtime
+from contracts.adapters.sglang.runtime import CPU, cpu_kernels, runtime, single_rank_tp_sync
 
 DRAFT_VOCAB = 64
 HIDDEN = 8
@@ -110,7 +110,6 @@ def build_draft_side(*, gamma: int, sample_from_anchor: bool, dp_moe_sync: bool,
     from sglang.srt.speculative.draft_worker_common import make_draft_block_spec_info
     from sglang.srt.speculative.dspark_components.dspark_config import get_dspark_sample_from_anchor, resolve_runtime_config
     from sglang.srt.speculative.dspark_components.dspark_draft import DraftBlockProposer
-    from sglang.srt.speculative.spec_tp_sync import SpecTpSync
 
     checkpoint = {"dflash_config": {"block_size": gamma, "markov_rank": MARKOV_RANK, "markov_head_type": "vanilla",
                                     "mask_token_id": vocab - 1}, "sample_from_anchor": sample_from_anchor}
@@ -125,7 +124,7 @@ def build_draft_side(*, gamma: int, sample_from_anchor: bool, dp_moe_sync: bool,
         proposer = DraftBlockProposer(
             draft_model=model, draft_model_runner=runner, gamma=rc.gamma, mask_token_id=rc.mask_token_id,
             draft_block_spec_info=make_draft_block_spec_info(draft_token_num=q, device=CPU),
-            tp_sync=SpecTpSync(SimpleNamespace(world_size=1, rank_in_group=0)), random_seed=seed, greedy_draft=False,
+            tp_sync=single_rank_tp_sync(), random_seed=seed, greedy_draft=False,
             dp_moe_sync=dp_moe_sync)
     target = SimpleNamespace(get_input_embeddings=lambda: model.embed_tokens)
     side = DraftSide(proposer, runner, translator, target, rc.gamma, rc.verify_num_draft_tokens)
@@ -214,7 +213,6 @@ def commit_inject(side: DraftSide, batch, window, commit_lens: torch.Tensor, poo
     from sglang.srt.speculative.draft_worker_common import build_block_pos_offsets
     from sglang.srt.speculative.dspark_components.dspark_kv_inject import TargetHiddenKvInjector
     from sglang.srt.speculative.dspark_components.dspark_verify import TargetVerifyExecutor
-    from sglang.srt.speculative.spec_tp_sync import SpecTpSync
 
     T, bs = side.verify_num_draft_tokens, len(batch.reqs)
     target_runner = SimpleNamespace(device=CPU, kv_index_translator=side.translator,
@@ -230,7 +228,7 @@ def commit_inject(side: DraftSide, batch, window, commit_lens: torch.Tensor, poo
         target_worker=SimpleNamespace(model_runner=SimpleNamespace(model_config=SimpleNamespace(
             hf_text_config=SimpleNamespace(model_type="dspark-contracts")))),
         gamma=T - 1, verify_num_draft_tokens=T, model_runner=target_runner, kv_injector=injector,
-        tp_sync=SpecTpSync(SimpleNamespace(world_size=1, rank_in_group=0)))
+        tp_sync=single_rank_tp_sync())
     hidden = torch.arange(bs * T, dtype=torch.float32)[:, None].repeat(1, HIDDEN)
     with cpu_kernels():
         executor.commit_hidden(batch=batch, layout=None, hidden_strided=hidden, verify_window=window,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from contracts.adapters.sglang.draft import DRAFT_VOCAB, build_draft_side, commit_inject, propose
-from contracts.adapters.sglang.runtime import CPU, cpu_kernels, runtime
+from contracts.adapters.sglang.runtime import CPU, cpu_kernels, runtime, single_rank_tp_sync
 from contracts.boundary.draft import DraftCase, DraftObservation, OracleDraftObservation
 
 
@@ -37,10 +37,9 @@ class SGLangDraft:
         """SGLang's proposer with an oracle draft head, then `accept_draft_tokens` (greedy) and `build_accept_outs`
         against target logits whose argmax after position n+j is the oracle's token at n+j+1."""
         rt = runtime()
-        from types import SimpleNamespace
 
         from sglang.srt.speculative.dspark_components.dspark_verify import accept_draft_tokens, build_accept_outs
-        from sglang.srt.speculative.spec_tp_sync import SpecTpSync, SpecTpSyncSite
+        from sglang.srt.speculative.spec_tp_sync import SpecTpSyncSite
 
         T, bs = case.gamma + 1, case.bs
         with rt.config(num_draft_tokens=T):
@@ -55,7 +54,7 @@ class SGLangDraft:
                 draft_input=batch.spec_info, gamma=case.gamma, verify_num_draft_tokens=T)
             out = build_accept_outs(correct_len=correct.clone(), bonus=bonus.clone(), cap_trim_lens=trim.clone(),
                                     prefix_lens=batch.seq_lens, draft_tokens=drafts, gamma=case.gamma,
-                                    verify_num_draft_tokens=T, tp_sync=SpecTpSync(SimpleNamespace(world_size=1)),
+                                    verify_num_draft_tokens=T, tp_sync=single_rank_tp_sync(),
                                     sync_site=SpecTpSyncSite.DSPARK_ACCEPT_GREEDY)
         per = lambda t: tuple(tuple(int(x) for x in row) for row in t.tolist())  # noqa: E731
         return OracleDraftObservation(per(drafts), per(argmax), tuple(int(x) for x in out.correct_len.tolist()),

@@ -14,6 +14,7 @@ min_verify_len = 1 and rejects empty batches in its layout helpers, so it declar
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -21,10 +22,8 @@ from types import SimpleNamespace
 
 import torch
 
-from contracts.adapters.sglang.runtime import CPU, runtime
+from contracts.adapters.sglang.runtime import CPU, runtime, single_rank_tp_sync
 from contracts.boundary.engine import CompactView, PlanCase, PlanView, SpsSpec
-
-MODES = {"static": "static", "cap-accept": "cap-accept", "compact": "compact"}
 
 
 def _table_json(sps: SpsSpec) -> str:
@@ -50,7 +49,7 @@ class SGLangPlanner:
                 f.write(_table_json(sps))
         return path
 
-    def _planner(self, mode: str, gamma: int, sps, capture_bs=None, bs: int = 1):
+    def _planner(self, mode: str, gamma: int, sps, capture_bs=None):
         """One DSparkVerifyPlanner per configuration (construction loads the table; steps do not change it)."""
         key = (mode, gamma, sps, capture_bs)
         if key not in self._planners:
@@ -58,7 +57,6 @@ class SGLangPlanner:
             from sglang.srt.environ import envs
             from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
             from sglang.srt.speculative.dspark_components.dspark_planner import DSparkVerifyPlanner
-            from sglang.srt.speculative.spec_tp_sync import SpecTpSync
 
             T = gamma + 1
             pool = ReqToTokenPool(size=64, max_context_len=8, device="cpu", enable_memory_saver=False)
@@ -68,28 +66,30 @@ class SGLangPlanner:
                         speculative_dspark_confidence_sts_path=None,
                         speculative_dspark_align_verify_tokens_to_graph_tier=False)
             with rt.config(num_draft_tokens=T, overlap=True, max_running_requests=64, spec=spec), \
-                    envs.SGLANG_RAGGED_VERIFY_MODE.override(MODES[mode]):
+                    envs.SGLANG_RAGGED_VERIFY_MODE.override(mode):
                 planner = DSparkVerifyPlanner(
                     draft_model=SimpleNamespace(confidence_head=object()), gamma=gamma,
                     model_runner=SimpleNamespace(req_to_token_pool=pool, decode_cuda_graph_runner=graphs), device=CPU,
-                    tp_rank=0, verify_num_draft_tokens=T, tp_sync=SpecTpSync(SimpleNamespace(world_size=1, rank_in_group=0)))
+                    tp_rank=0, verify_num_draft_tokens=T, tp_sync=single_rank_tp_sync())
             self._planners[key] = (planner, pool)
         return self._planners[key]
 
-    def _rows(self, pool, bs: int):
-        rows = torch.tensor(pool.alloc_rows(bs), dtype=torch.int64)  # generation >= 1: fresh rows
-        return rows
-
-    def _resolve(self, planner, pool, conf, frac):
-        rows = self._rows(pool, conf.shape[0])
+    @staticmethod
+    @contextlib.contextmanager
+    def _rows(pool, bs: int):
+        """bs fresh pool rows (generation >= 1) for one planner call, freed afterwards."""
+        rows = torch.tensor(pool.alloc_rows(bs), dtype=torch.int64)
         try:
-            planner.set_forced_budget_frac(frac)
-            with runtime().config(overlap=False):
-                budget = planner.compute_budget_sync(confidence=conf, prefix_lens=torch.zeros_like(rows),
-                                                     req_pool_indices=rows)
+            yield rows
         finally:
             pool.free_rows(rows.tolist())
-        return budget
+
+    def _resolve(self, planner, pool, conf, frac):
+        with self._rows(pool, conf.shape[0]) as rows:
+            planner.set_forced_budget_frac(frac)
+            with runtime().config(overlap=False):
+                return planner.compute_budget_sync(confidence=conf, prefix_lens=torch.zeros_like(rows),
+                                                   req_pool_indices=rows)
 
     def verify_token_budget(self, confidence, sps, force_budget_frac, eps):
         planner, pool = self._planner("cap-accept", confidence.shape[1], sps)
@@ -97,19 +97,15 @@ class SGLangPlanner:
 
     def schedule_verify_lens(self, confidence, budget, min_verify_len, eps):
         planner, pool = self._planner("cap-accept", confidence.shape[1], None)
-        rows = self._rows(pool, confidence.shape[0])
-        try:
+        with self._rows(pool, confidence.shape[0]) as rows:
             layout = planner.schedule_layout(req_pool_indices=rows, prefix_lens=torch.zeros_like(rows), device=CPU,
                                              confidence=confidence.to(torch.float32), budget=int(budget))
-        finally:
-            pool.free_rows(rows.tolist())
         return [int(n) for n in layout.verify_lens.tolist()], None
 
     def plan_layout(self, case: PlanCase) -> PlanView:
         planner, pool = self._planner(case.verify_mode, case.gamma, case.sps, case.capture_bs)
         conf = torch.tensor(case.confidence, dtype=torch.float32)
-        rows = self._rows(pool, conf.shape[0])
-        try:
+        with self._rows(pool, conf.shape[0]) as rows:
             planner.set_forced_budget_frac(case.force_budget_frac)
             with runtime().config(overlap=False):
                 budget = planner.resolve_verify_token_budget(
@@ -117,8 +113,6 @@ class SGLangPlanner:
                     prefix_lens=torch.zeros_like(rows), req_pool_indices=rows) if case.verify_mode != "static" else None
             layout = planner.schedule_layout(req_pool_indices=rows, prefix_lens=torch.zeros_like(rows), device=CPU,
                                              confidence=conf, budget=budget)
-        finally:
-            pool.free_rows(rows.tolist())
         if layout is None:
             return PlanView(budget, None)
         return PlanView(budget, [int(n) for n in layout.verify_lens.tolist()], int(layout.graph_num_tokens),

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import torch
 
-from contracts.adapters.sglang.runtime import CPU, runtime
+from contracts.adapters.sglang.runtime import CPU, runtime, single_rank_tp_sync
 from contracts.boundary.relay import RelayCase, RelayRead
 
 
@@ -27,7 +27,6 @@ class SGLangRelay:
     def _relay_planner(self, case: RelayCase, pool):
         from sglang.srt.environ import envs
         from sglang.srt.speculative.dspark_components.dspark_planner import DSparkVerifyPlanner
-        from sglang.srt.speculative.spec_tp_sync import SpecTpSync
 
         T = case.gamma + 1
         spec = dict(speculative_dspark_sps_table_path=None, speculative_dspark_confidence_sts_path=None,
@@ -37,7 +36,7 @@ class SGLangRelay:
             return DSparkVerifyPlanner(
                 draft_model=SimpleNamespace(confidence_head=object()), gamma=case.gamma,
                 model_runner=SimpleNamespace(req_to_token_pool=pool, decode_cuda_graph_runner=None), device=CPU,
-                tp_rank=0, verify_num_draft_tokens=T, tp_sync=SpecTpSync(SimpleNamespace(world_size=1, rank_in_group=0)))
+                tp_rank=0, verify_num_draft_tokens=T, tp_sync=single_rank_tp_sync())
 
     def run_confidence_relay(self, case: RelayCase) -> list:
         rt = runtime()

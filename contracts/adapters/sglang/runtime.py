@@ -21,6 +21,7 @@ managers at the bottom, each applied only around the call that needs it:
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import tempfile
@@ -34,6 +35,17 @@ CPU = torch.device("cpu")
 VOCAB = 151936  # a Qwen-sized vocabulary, so any token id the strategies draw is in range
 CONTEXT_LEN = 16384
 _RUNTIME = None
+
+
+@functools.lru_cache(maxsize=None)
+def single_rank_tp_sync():
+    """SGLang's SpecTpSync over a one-rank group: with world_size 1 it syncs nothing and holds no state, so every
+    caller shares one (real groups: the ranks level)."""
+    from types import SimpleNamespace
+
+    from sglang.srt.speculative.spec_tp_sync import SpecTpSync
+
+    return SpecTpSync(SimpleNamespace(world_size=1, rank_in_group=0))
 
 
 def runtime() -> "Runtime":

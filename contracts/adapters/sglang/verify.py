@@ -19,31 +19,15 @@ chain path for everything (see `contracts.adapters.sglang.chain_adapter`).
 from __future__ import annotations
 
 from array import array
-from types import SimpleNamespace
 
 import torch
 
-from contracts.adapters.sglang.runtime import CPU, runtime
+from contracts.adapters.sglang.runtime import CPU, runtime, single_rank_tp_sync
 from contracts.boundary.verify import AcceptDistributions, AcceptResult, CommitResult, VerifyInputs
-
-_TP = None
-
-
-def _tp_sync():
-    global _TP
-    if _TP is None:
-        from sglang.srt.speculative.spec_tp_sync import SpecTpSync
-
-        _TP = SpecTpSync(SimpleNamespace(world_size=1, rank_in_group=0))
-    return _TP
 
 
 def _settings(inputs: VerifyInputs, greedy_rows):
-    bs = inputs.bs
-    temps = [1.0] * bs if inputs.temperatures is None else [float(t) for t in inputs.temperatures]
-    ks = [0] * bs if inputs.top_k is None else [int(k) for k in inputs.top_k]
-    ps = [1.0] * bs if inputs.top_p is None else [float(p) for p in inputs.top_p]
-    return [(0.0, 1, 1.0) if g else (t, k, p) for g, t, k, p in zip(greedy_rows, temps, ks, ps)]
+    return [(0.0, 1, 1.0) if g else s for g, s in zip(greedy_rows, inputs.sampling_settings())]
 
 
 def _requests(settings, vocab):
@@ -117,7 +101,7 @@ class SGLangVerify:
         out = build_accept_outs(
             correct_len=accept.correct_len, bonus=accept.bonus, cap_trim_lens=accept.cap_trim,
             prefix_lens=inputs.prefix_lens, draft_tokens=inputs.drafts.to(torch.int64), gamma=inputs.gamma,
-            verify_num_draft_tokens=inputs.gamma + 1, tp_sync=_tp_sync(), sync_site=SpecTpSyncSite.DSPARK_ACCEPT_SAMPLE)
+            verify_num_draft_tokens=inputs.gamma + 1, tp_sync=single_rank_tp_sync(), sync_site=SpecTpSyncSite.DSPARK_ACCEPT_SAMPLE)
         return CommitResult(out.commit_lens, out.new_seq_lens, out.out_tokens)
 
     def sample_block(self, inputs: VerifyInputs, seed: int) -> AcceptResult:

@@ -27,13 +27,7 @@ from contracts.boundary.verify import AcceptDistributions, AcceptResult, CommitR
 
 
 def _settings(inputs: VerifyInputs, greedy: bool):
-    bs = inputs.bs
-    if greedy:
-        return [(0.0, 0, 1.0)] * bs
-    temps = [1.0] * bs if inputs.temperatures is None else [float(t) for t in inputs.temperatures]
-    ks = [0] * bs if inputs.top_k is None else [int(k) for k in inputs.top_k]
-    ps = [1.0] * bs if inputs.top_p is None else [float(p) for p in inputs.top_p]
-    return list(zip(temps, ks, ps))
+    return [(0.0, 0, 1.0)] * inputs.bs if greedy else inputs.sampling_settings()
 
 
 class _Recording:
@@ -73,15 +67,14 @@ class VLLMVerify:
         scheduled = torch.cat([cand[i, : n[i] + 1] for i in range(bs)]).to(torch.int32)  # anchor + drafts per request
         q = None if inputs.draft_probs is None else inputs.draft_probs.to(torch.float32).contiguous()
         view, runner = runtime.runner_view(batch, scheduled, q)
-        metadata = draft_probs = None
+        logits = torch.cat([inputs.target_logits[i, : n[i] + 1] for i in range(bs)]).to(torch.float32)
+        sampler = runtime.rejection_sampler()
         if n.any():  # GPUModelRunner._prepare_inputs: spec metadata only when some request has drafts scheduled
             metadata = runner._calc_spec_decode_metadata(view, n, np.cumsum(n + 1))
             draft_probs = runner._get_spec_decode_draft_probs(view, metadata)
-        logits = torch.cat([inputs.target_logits[i, : n[i] + 1] for i in range(bs)]).to(torch.float32)
-        if not n.any():  # no request has a draft scheduled: the runner builds no spec metadata, the Sampler samples
-            out = runtime.rejection_sampler().sampler(logits=logits, sampling_metadata=batch.sampling_metadata)
-        else:
-            out = runtime.rejection_sampler()(metadata, draft_probs, logits, batch.sampling_metadata)
+            out = sampler(metadata, draft_probs, logits, batch.sampling_metadata)
+        else:  # no request has a draft scheduled: the runner builds no spec metadata, the Sampler samples
+            out = sampler.sampler(logits=logits, sampling_metadata=batch.sampling_metadata)
         return out.sampled_token_ids.clone(), n
 
     def _accept(self, inputs: VerifyInputs, *, greedy: bool, seed: int = 0) -> AcceptResult:

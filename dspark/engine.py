@@ -436,8 +436,8 @@ class DSparkEngine:
         fin = verify.finalize(seq_lens, proposal.draft_tokens, acc, backend=self.config.verify_backend)
         # What each sampled row's accept read, and what its drafts were drawn with (observability for contracts).
         self.last_laws = [] if p is None else [
-            StepLaws(st.rid, tuple(st.cache_tokens), cand[i].tolist(), st.params, p[i], q[i], proposal.step_logits[i],
-                     float(temps[i]), gumbel[i]) for i, st in enumerate(rows) if not st.params.is_greedy]
+            StepLaws(st.rid, st.cache_tokens, len(st.cache_tokens), cand[i].tolist(), st.params, p[i], q[i],
+                     proposal.step_logits[i], float(temps[i]), gumbel[i]) for i, st in enumerate(rows) if not st.params.is_greedy]
 
         emitted, leaving = [], []
         for i, st in enumerate(rows):

@@ -70,7 +70,8 @@ class StepLaws:
     """One sampled request's laws in a step: the target and draft laws its accept read, and the drafter's draw."""
 
     rid: int
-    context: tuple  # the committed tokens before the anchor (the target cache)
+    cache: list  # the request's committed tokens (append-only: a step only extends it) ...
+    context_len: int  # ... of which the first context_len stood before this step's anchor
     candidates: list  # [T] the anchor, then the drafts
     params: "SamplingParams"
     target_probs: torch.Tensor  # [T, V]
@@ -78,6 +79,11 @@ class StepLaws:
     draft_logits: torch.Tensor  # [gamma, V] the drafter's logits for each slot
     draft_temperature: float
     draft_noise: torch.Tensor  # [gamma, V] Gumbel noise: draft k = argmax(draft_logits[k] / T + draft_noise[k])
+
+    @property
+    def context(self) -> tuple:
+        """The committed tokens before the anchor (the target cache); copied only when asked for, not every step."""
+        return tuple(self.cache[: self.context_len])
 
 
 @dataclass

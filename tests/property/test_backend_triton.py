@@ -11,8 +11,6 @@ import dataclasses
 import importlib.util
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +23,7 @@ from contracts.protocol import VERIFY, VERIFY_FLOAT64
 from contracts.registry import all_contracts
 from contracts.runner import run_contract
 from contracts.violation import ContractViolation
+from tests.hermetic import run_python
 
 ROOT = Path(__file__).resolve().parents[2]
 KERNELS = ROOT / "dspark" / "verify" / "triton_kernels.py"
@@ -191,9 +190,7 @@ def test_without_the_tag_an_fp32_engine_fails_the_exact_laws():
 def test_check_with_the_triton_backend_passes(tmp_path):
     """`dspark-contracts check --backend triton`, as a user runs it (about 90 s on 2 cores)."""
     out = tmp_path / "triton.json"
-    env = {k: v for k, v in os.environ.items() if k not in ("DSPARK_ENGINE", "DSPARK_DEVICE", "DSPARK_BACKEND")}
-    p = subprocess.run([sys.executable, "-m", "contracts.cli", "check", "--backend", "triton", "--json", str(out)],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+    p = run_python("-m", "contracts.cli", "check", "--backend", "triton", "--json", str(out), timeout=1200)
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr
     data = json.loads(out.read_text())
     assert (data["engine_device"], data["engine_backend"]) == ("cpu", "triton")

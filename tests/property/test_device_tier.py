@@ -16,6 +16,7 @@ from contracts import validation
 from contracts.cli import main
 from contracts.registry import all_contracts
 from contracts.runner import repro_line
+from tests.hermetic import SELECTIONS, clean_env, run_python
 
 ROOT = Path(__file__).resolve().parents[2]
 # At import, outside any in-process inner session (pytester restores sys.modules after one, not the registry).
@@ -27,20 +28,13 @@ interpreter = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reas
 
 @pytest.fixture(autouse=True)
 def _no_placement_env(monkeypatch):
-    for var in ("DSPARK_DEVICE", "DSPARK_BACKEND", "DSPARK_ENGINE"):
+    for var in SELECTIONS:
         monkeypatch.delenv(var, raising=False)
-
-
-def _env(**extra):
-    env = {k: v for k, v in os.environ.items() if k not in ("DSPARK_DEVICE", "DSPARK_BACKEND", "DSPARK_ENGINE")}
-    env.update(extra)
-    return env
 
 
 def check(*args, **env):
     """`dspark-contracts check ARGS` in a subprocess, as a user runs it."""
-    return subprocess.run([sys.executable, "-m", "contracts.cli", "check", *args], cwd=ROOT, env=_env(**env),
-                          capture_output=True, text=True, timeout=300)
+    return run_python("-m", "contracts.cli", "check", *args, env=env)
 
 
 # --- the checks ----------------------------------------------------------------------------------------------------
@@ -202,7 +196,7 @@ def test_repro_lines_replay_on_the_same_device_and_backend():
 @no_cuda
 def test_b300_without_cuda_collects_and_skips_everything():
     p = subprocess.run([sys.executable, "-m", "pytest", "-m", "b300", "-q", "-p", "no:cacheprovider"], cwd=ROOT,
-                       env=_env(), capture_output=True, text=True, timeout=300)
+                       env=clean_env(), capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr
     summary = p.stdout.strip().splitlines()[-1]
     assert " skipped" in summary and "passed" not in summary and "failed" not in summary and "error" not in summary
@@ -218,7 +212,7 @@ def test_gpu_check_parses():
 @no_cuda
 def test_gpu_check_without_cuda_says_so_and_writes_nothing(tmp_path):
     out = tmp_path / "out"
-    p = subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, env=_env(OUT_DIR=str(out), PYTHON=sys.executable),
+    p = subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, env=clean_env(OUT_DIR=str(out), PYTHON=sys.executable),
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 3 and not out.exists(), p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and "no CUDA device" in p.stderr and "nothing ran" in p.stderr
@@ -226,7 +220,7 @@ def test_gpu_check_without_cuda_says_so_and_writes_nothing(tmp_path):
 
 def _dry_run(tmp_path):
     p = subprocess.run(["bash", str(SCRIPT), "--dry-run"], cwd=ROOT,
-                       env=_env(OUT_DIR=str(tmp_path), PYTHON=sys.executable), capture_output=True, text=True, timeout=60)
+                       env=clean_env(OUT_DIR=str(tmp_path), PYTHON=sys.executable), capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     steps = [shlex.split(line[2:]) for line in p.stdout.splitlines() if line.startswith("+ ")]
     assert len(steps) == 3 and all(s[0] == "timeout" and s[1].isdigit() and int(s[1]) > 0 and s[2] == sys.executable
@@ -239,7 +233,7 @@ def test_gpu_check_steps_are_runnable_commands(tmp_path):
     the contract step's arguments are valid up to the device (on a CPU machine: the one-line CUDA refusal)."""
     tests, contracts, bench = _dry_run(tmp_path)
     for step in (tests, bench):
-        p = subprocess.run([sys.executable, *step, "--collect-only"], cwd=ROOT, env=_env(), capture_output=True,
+        p = subprocess.run([sys.executable, *step, "--collect-only"], cwd=ROOT, env=clean_env(), capture_output=True,
                            text=True, timeout=300)
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr
         assert "test_bench_gpu" in p.stdout if step is bench else "test_verify_gpu" in p.stdout

@@ -1,21 +1,17 @@
 """The plugin and the check command, run as a user would: in a subprocess."""
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from tests.hermetic import run_python
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run(*args, env=None, cwd=ROOT):
-    full_env = {k: v for k, v in os.environ.items() if k != "DSPARK_ENGINE"}
-    full_env.update(env or {})
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=300)
+run = run_python
 
 
 def test_check_prints_the_table_and_writes_json(tmp_path):

@@ -1,7 +1,6 @@
 """What `check` reports about a failing engine: JSON, JUnit XML, progress lines, the HTML page (parsed, and in a browser)."""
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -15,6 +14,7 @@ import pytest
 
 from contracts import cli
 from contracts.html_report import bar_chart, render
+from tests.hermetic import clean_env
 
 ROOT = Path(__file__).resolve().parents[2]
 # Counts scaled twice: SCALE-001 fails with a shrunk case; no ranks level, so RANKS-001 is skipped.
@@ -40,9 +40,7 @@ CONTRACTS = ("SCALE-001", "DPSYNC-001", "RANKS-001")
 
 
 def _env(tmp):
-    env = {k: v for k, v in os.environ.items() if k != "DSPARK_ENGINE"}
-    env.update(PYTHONPATH=str(tmp), CI="true")
-    return env
+    return clean_env(PYTHONPATH=str(tmp), CI="true")
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,26 @@ from contracts.adapters.sglang.runtime import CPU, runtime, single_rank_tp_sync
 from contracts.boundary.engine import CompactView, PlanCase, PlanView, SpsSpec
 
 
+@contextlib.contextmanager
+def verify_planner(pool, gamma: int, *, overlap: bool, mode: str = "cap-accept", sps_path=None, graphs=None,
+                   max_running_requests=None, tp_rank: int = 0, tp_sync=None):
+    """A real DSparkVerifyPlanner over `pool`, yielded while its config is published (ragged mode, overlap, the SPS
+    table path); the draft model is any object with a confidence head, the graph runner the fields it reads."""
+    rt = runtime()
+    from sglang.srt.environ import envs
+    from sglang.srt.speculative.dspark_components.dspark_planner import DSparkVerifyPlanner
+
+    T = gamma + 1
+    spec = dict(speculative_dspark_sps_table_path=sps_path, speculative_dspark_confidence_sts_path=None,
+                speculative_dspark_align_verify_tokens_to_graph_tier=False)
+    with rt.config(num_draft_tokens=T, overlap=overlap, max_running_requests=max_running_requests, spec=spec), \
+            envs.SGLANG_RAGGED_VERIFY_MODE.override(mode):
+        yield DSparkVerifyPlanner(
+            draft_model=SimpleNamespace(confidence_head=object()), gamma=gamma,
+            model_runner=SimpleNamespace(req_to_token_pool=pool, decode_cuda_graph_runner=graphs), device=CPU,
+            tp_rank=tp_rank, verify_num_draft_tokens=T, tp_sync=tp_sync or single_rank_tp_sync())
+
+
 def _table_json(sps: SpsSpec) -> str:
     if sps.kind == "additive":
         return json.dumps(dict(bias_seconds=sps.bias_seconds, bs_probes=[p[0] for p in sps.alpha_points],
@@ -53,25 +73,16 @@ class SGLangPlanner:
         """One DSparkVerifyPlanner per configuration (construction loads the table; steps do not change it)."""
         key = (mode, gamma, sps, capture_bs)
         if key not in self._planners:
-            rt = runtime()
-            from sglang.srt.environ import envs
+            runtime()
             from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
-            from sglang.srt.speculative.dspark_components.dspark_planner import DSparkVerifyPlanner
 
             T = gamma + 1
             pool = ReqToTokenPool(size=64, max_context_len=8, device="cpu", enable_memory_saver=False)
             graphs = None if capture_bs is None or mode != "compact" else SimpleNamespace(
                 ragged_verify_mode=True, max_bs=max(capture_bs), capture_num_tokens=sorted({b * T for b in capture_bs}))
-            spec = dict(speculative_dspark_sps_table_path=self._table_path(sps),
-                        speculative_dspark_confidence_sts_path=None,
-                        speculative_dspark_align_verify_tokens_to_graph_tier=False)
-            with rt.config(num_draft_tokens=T, overlap=True, max_running_requests=64, spec=spec), \
-                    envs.SGLANG_RAGGED_VERIFY_MODE.override(mode):
-                planner = DSparkVerifyPlanner(
-                    draft_model=SimpleNamespace(confidence_head=object()), gamma=gamma,
-                    model_runner=SimpleNamespace(req_to_token_pool=pool, decode_cuda_graph_runner=graphs), device=CPU,
-                    tp_rank=0, verify_num_draft_tokens=T, tp_sync=single_rank_tp_sync())
-            self._planners[key] = (planner, pool)
+            with verify_planner(pool, gamma, overlap=True, mode=mode, sps_path=self._table_path(sps), graphs=graphs,
+                                max_running_requests=64) as planner:
+                self._planners[key] = (planner, pool)
         return self._planners[key]
 
     @staticmethod

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import torch
 
 from contracts.adapters.reference.ranks import run_tp, tp_result
+from contracts.adapters.sglang.planner import verify_planner
 from contracts.adapters.sglang.runtime import CPU, runtime
 from contracts.boundary.ranks import TpRun, TpScenario
 from contracts.strategies.ranks import tp_inputs
@@ -25,10 +26,9 @@ class SGLangTpProgram:
         runtime()
         from sglang.kernels.ops.speculative.dspark.dspark_schedule import ScheduleVerifyLensTopk
         from sglang.srt.distributed.parallel_state import GroupCoordinator
-        from sglang.srt.environ import envs
         from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
         from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2
-        from sglang.srt.speculative.dspark_components.dspark_planner import DSparkScheduleConfig, DSparkVerifyPlanner
+        from sglang.srt.speculative.dspark_components.dspark_planner import DSparkScheduleConfig
         from sglang.srt.speculative.dspark_components.dspark_verify import accept_draft_tokens, build_accept_outs
         from sglang.srt.speculative.spec_tp_sync import SpecTpSync, SpecTpSyncSite
 
@@ -45,15 +45,7 @@ class SGLangTpProgram:
         local = ScheduleVerifyLensTopk.execute(confidence=conf32, budget=s.budget, cfg=DSparkScheduleConfig(gamma=s.gamma))
         pool = ReqToTokenPool(size=max(s.bs, 1), max_context_len=8, device="cpu", enable_memory_saver=False)
         rows = torch.tensor(pool.alloc_rows(s.bs), dtype=torch.int64)
-        rt = runtime()
-        with rt.config(num_draft_tokens=T, overlap=False, spec=dict(
-                speculative_dspark_sps_table_path=None, speculative_dspark_confidence_sts_path=None,
-                speculative_dspark_align_verify_tokens_to_graph_tier=False)), \
-                envs.SGLANG_RAGGED_VERIFY_MODE.override("cap-accept"):
-            planner = DSparkVerifyPlanner(
-                draft_model=SimpleNamespace(confidence_head=object()), gamma=s.gamma,
-                model_runner=SimpleNamespace(req_to_token_pool=pool, decode_cuda_graph_runner=None), device=CPU,
-                tp_rank=self.rank, verify_num_draft_tokens=T, tp_sync=sync)
+        with verify_planner(pool, s.gamma, overlap=False, tp_rank=self.rank, tp_sync=sync) as planner:
             layout = planner.schedule_layout(req_pool_indices=rows, prefix_lens=prefix, device=CPU, confidence=conf32,
                                              budget=s.budget)
         correct, bonus, trim = accept_draft_tokens(

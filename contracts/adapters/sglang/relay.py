@@ -12,7 +12,8 @@ from types import SimpleNamespace
 
 import torch
 
-from contracts.adapters.sglang.runtime import CPU, runtime, single_rank_tp_sync
+from contracts.adapters.sglang.planner import verify_planner
+from contracts.adapters.sglang.runtime import CPU, runtime
 from contracts.boundary.relay import RelayCase, RelayRead
 
 
@@ -25,18 +26,8 @@ class SGLangRelay:
         return max(int(envs.SGLANG_DSPARK_CONFIDENCE_RELAY_LAG_STEPS.get()), 1)
 
     def _relay_planner(self, case: RelayCase, pool):
-        from sglang.srt.environ import envs
-        from sglang.srt.speculative.dspark_components.dspark_planner import DSparkVerifyPlanner
-
-        T = case.gamma + 1
-        spec = dict(speculative_dspark_sps_table_path=None, speculative_dspark_confidence_sts_path=None,
-                    speculative_dspark_align_verify_tokens_to_graph_tier=False)
-        with runtime().config(num_draft_tokens=T, overlap=case.overlap, max_running_requests=case.pool_size, spec=spec), \
-                envs.SGLANG_RAGGED_VERIFY_MODE.override("cap-accept"):
-            return DSparkVerifyPlanner(
-                draft_model=SimpleNamespace(confidence_head=object()), gamma=case.gamma,
-                model_runner=SimpleNamespace(req_to_token_pool=pool, decode_cuda_graph_runner=None), device=CPU,
-                tp_rank=0, verify_num_draft_tokens=T, tp_sync=single_rank_tp_sync())
+        with verify_planner(pool, case.gamma, overlap=case.overlap, max_running_requests=case.pool_size) as planner:
+            return planner
 
     def run_confidence_relay(self, case: RelayCase) -> list:
         rt = runtime()

@@ -43,6 +43,8 @@ import types
 from types import SimpleNamespace
 from typing import Any, Iterator, Optional
 
+from contracts.adapters.patching import patched
+
 __all__ = [
     "SGLANG_VERSION",
     "INSTALL_HINT",
@@ -275,20 +277,6 @@ def prepare_sglang_import() -> None:
 # --------------------------------------------------------------------------------------
 # scoped monkeypatches (never applied globally)
 # --------------------------------------------------------------------------------------
-_MISSING = object()
-
-
-@contextlib.contextmanager
-def _patched(module_name: str, attr: str, value: Any) -> Iterator[Any]:
-    module = importlib.import_module(module_name)
-    old = getattr(module, attr, _MISSING)
-    if old is _MISSING:
-        raise AttributeError(f"{module_name}.{attr} does not exist in this sglang; the adapter is out of date")
-    setattr(module, attr, value)
-    try:
-        yield old
-    finally:
-        setattr(module, attr, old)
 
 
 @contextlib.contextmanager
@@ -301,7 +289,7 @@ def num_token_non_padded(enabled: bool) -> Iterator[None]:
     with ``__new__`` must set ``_num_token_non_padded`` itself, consistently with ``enabled``.
     """
     flag = bool(enabled)
-    with _patched(DSPARK_DRAFT_MODULE, "enable_num_token_non_padded", lambda: flag):
+    with patched(DSPARK_DRAFT_MODULE, "enable_num_token_non_padded", lambda: flag):
         yield
 
 
@@ -313,5 +301,5 @@ def checkpoint_kv_cache_noop(active: bool = True) -> Iterator[None]:
     if not active:
         yield
         return
-    with _patched(DECODE_MIXIN_MODULE, "checkpoint_kv_cache", lambda req, tree_cache: None):
+    with patched(DECODE_MIXIN_MODULE, "checkpoint_kv_cache", lambda req, tree_cache: None):
         yield

@@ -20,6 +20,7 @@ from types import SimpleNamespace
 
 import torch
 
+from contracts.adapters.patching import patched
 from contracts.adapters.sglang.runtime import runtime
 from contracts.boundary.graph import GraphCase, GraphObservation
 
@@ -74,9 +75,7 @@ def _dp(case: GraphCase):
     from sglang.srt.runtime_context import get_parallel
     from sglang.srt.speculative.dspark_components import dspark_config
 
-    real = dspark_config.draft_is_deepseek_v4
-    dspark_config.draft_is_deepseek_v4 = lambda: case.draft_is_moe
-    try:
+    with patched(dspark_config, "draft_is_deepseek_v4", lambda: case.draft_is_moe):
         if case.rank_counts is None:
             yield
             return
@@ -84,8 +83,6 @@ def _dp(case: GraphCase):
         with get_parallel().override(attn_dp_enabled=True, num_dp_ranks=n, attn_dp_size=n, attn_tp_size=1, tp_size=n,
                                      moe_tp_size=n):
             yield
-    finally:
-        dspark_config.draft_is_deepseek_v4 = real
 
 
 class SGLangGraph:
@@ -99,13 +96,9 @@ class SGLangGraph:
 
         config = CudaGraphConfig(decode=PhaseConfig(backend="full", max_bs=max(case.capture_bs), bs=list(case.capture_bs)))
         with rt.config(num_draft_tokens=case.gamma + 1), get_exec().graph.override(cuda_graph_config=config), _dp(case):
-            real_capture = DecodeCudaGraphRunner.capture
-            DecodeCudaGraphRunner.capture = lambda self: None
-            try:
-                with get_parallel().override(tp_group=SimpleNamespace()):
-                    runner = DecodeCudaGraphRunner(_model_runner(case, get_context().server_args))
-            finally:
-                DecodeCudaGraphRunner.capture = real_capture
+            with patched(DecodeCudaGraphRunner, "capture", lambda self: None), \
+                    get_parallel().override(tp_group=SimpleNamespace()):
+                runner = DecodeCudaGraphRunner(_model_runner(case, get_context().server_args))
             captured = tuple(runner.capture_bs)
             bs, w = case.local_bs, case.batch_width
             n = bs * w

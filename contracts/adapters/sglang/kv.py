@@ -8,6 +8,7 @@ the verify level's subject.
 
 from __future__ import annotations
 
+from contracts.adapters.patching import patched
 from contracts.adapters.sglang.runtime import CPU, cpu_kernels, runtime
 from contracts.boundary.kv import KvCase, KvRequestStep, KvStep
 
@@ -66,8 +67,7 @@ class SGLangKv:
                 asks.append(list(zip(kw["cur_kv_lens_cpu"].tolist(), kw["nxt_kv_lens_cpu"].tolist())))
                 return real(tree_cache, req_to_token_pool, **kw)
 
-            dflash_info_v2.alloc_for_spec_decode = recording
-            try:
+            with patched(dflash_info_v2, "alloc_for_spec_decode", recording):
                 for commits in case.commits:
                     before = [r.kv.kv_allocated_len for r in reqs]
                     for r in reqs:
@@ -90,6 +90,4 @@ class SGLangKv:
                     for r, c in zip(reqs, commits):  # the result processor's commit of the verified tokens
                         r.kv.kv_committed_len += c
                         r.output_ids.extend([1] * c)
-            finally:
-                dflash_info_v2.alloc_for_spec_decode = real
         return tuple(out)

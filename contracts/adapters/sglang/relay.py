@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import torch
 
+from contracts.adapters.patching import patched
 from contracts.adapters.sglang.planner import verify_planner
 from contracts.adapters.sglang.runtime import CPU, runtime
 from contracts.boundary.relay import RelayCase, RelayRead
@@ -50,29 +51,26 @@ class SGLangRelay:
             return real(history_survival_probs=history_survival_probs, **kw)
 
         rows, reads = {}, []
-        dspark_planner.compute_verify_token_budget = recording
-        try:
-            with rt.config(num_draft_tokens=case.gamma + 1, overlap=case.overlap):
-                for s, (step, rids) in enumerate(zip(case.steps, case.batches())):
-                    pool.free_rows([rows.pop(rid) for rid in step.leave])
-                    for rid in step.join:
-                        rows[rid] = pool.alloc_rows(1)[0]
-                    idx = torch.tensor([rows[r] for r in rids], dtype=torch.int64)
-                    conf = torch.tensor([case.confidence(r, s) for r in rids], dtype=torch.float32)
-                    di = make_next_draft_input(bonus_tokens=torch.ones(len(rids), dtype=torch.int64),
-                                               new_seq_lens=torch.ones(len(rids), dtype=torch.int64))
-                    di.future_indices = idx if case.overlap else None
-                    batch = SimpleNamespace(spec_info=di, forward_mode=ForwardMode.DECODE, is_extend_in_batch=False,
-                                            req_pool_indices=idx, req_pool_indices_cpu=idx, batch_size=lambda n=len(rids): n)
-                    seen.clear()
-                    if case.overlap:
-                        planner.prepare_verify_budget(batch, fm)
-                    budget = planner.resolve_verify_token_budget(draft_input=di, confidence=conf,
-                                                                 prefix_lens=torch.zeros_like(idx), req_pool_indices=idx)
-                    survival = None if budget is None or not seen else seen[-1].to(torch.float64).tolist()
-                    reads.append(RelayRead(tuple(rids), survival))
-                    if case.overlap:
-                        fm.publish(idx, torch.ones(len(rids), dtype=torch.int64), confidence=conf)
-        finally:
-            dspark_planner.compute_verify_token_budget = real
+        with patched(dspark_planner, "compute_verify_token_budget", recording), \
+                rt.config(num_draft_tokens=case.gamma + 1, overlap=case.overlap):
+            for s, (step, rids) in enumerate(zip(case.steps, case.batches())):
+                pool.free_rows([rows.pop(rid) for rid in step.leave])
+                for rid in step.join:
+                    rows[rid] = pool.alloc_rows(1)[0]
+                idx = torch.tensor([rows[r] for r in rids], dtype=torch.int64)
+                conf = torch.tensor([case.confidence(r, s) for r in rids], dtype=torch.float32)
+                di = make_next_draft_input(bonus_tokens=torch.ones(len(rids), dtype=torch.int64),
+                                           new_seq_lens=torch.ones(len(rids), dtype=torch.int64))
+                di.future_indices = idx if case.overlap else None
+                batch = SimpleNamespace(spec_info=di, forward_mode=ForwardMode.DECODE, is_extend_in_batch=False,
+                                        req_pool_indices=idx, req_pool_indices_cpu=idx, batch_size=lambda n=len(rids): n)
+                seen.clear()
+                if case.overlap:
+                    planner.prepare_verify_budget(batch, fm)
+                budget = planner.resolve_verify_token_budget(draft_input=di, confidence=conf,
+                                                             prefix_lens=torch.zeros_like(idx), req_pool_indices=idx)
+                survival = None if budget is None or not seen else seen[-1].to(torch.float64).tolist()
+                reads.append(RelayRead(tuple(rids), survival))
+                if case.overlap:
+                    fm.publish(idx, torch.ones(len(rids), dtype=torch.int64), confidence=conf)
         return reads

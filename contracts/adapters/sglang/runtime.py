@@ -30,6 +30,7 @@ from array import array
 import torch
 
 from contracts.adapters import sglang_env
+from contracts.adapters.patching import patched
 
 CPU = torch.device("cpu")
 VOCAB = 151936  # a Qwen-sized vocabulary, so any token id the strategies draw is in range
@@ -201,10 +202,6 @@ def cpu_kernels():
     from sglang.kernels.ops.speculative import cache_locs
     from sglang.srt.mem_cache import allocation
 
-    saved = allocation.assign_req_to_token_pool_func, cache_locs._get_oot_speculative_cache_locs_fn
-    allocation.assign_req_to_token_pool_func = _guarded(saved[0])
-    cache_locs._get_oot_speculative_cache_locs_fn = lambda: _cache_locs
-    try:
+    with patched(allocation, "assign_req_to_token_pool_func", _guarded(allocation.assign_req_to_token_pool_func)), \
+            patched(cache_locs, "_get_oot_speculative_cache_locs_fn", lambda: _cache_locs):
         yield
-    finally:
-        allocation.assign_req_to_token_pool_func, cache_locs._get_oot_speculative_cache_locs_fn = saved

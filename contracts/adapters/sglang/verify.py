@@ -22,6 +22,7 @@ from array import array
 
 import torch
 
+from contracts.adapters.patching import patched
 from contracts.adapters.sglang.runtime import CPU, runtime, single_rank_tp_sync
 from contracts.boundary.verify import AcceptDistributions, AcceptResult, CommitResult, VerifyInputs
 
@@ -126,12 +127,8 @@ class SGLangVerify:
             seen.update(target=kw["target_probs"].clone(), draft=kw["draft_probs"].clone())
             return real(**kw)
 
-        dspark_accept.chain_speculative_sampling_triton = recording
-        try:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(0)
-                self._accept(inputs, [False] * inputs.bs)
-        finally:
-            dspark_accept.chain_speculative_sampling_triton = real
+        with patched(dspark_accept, "chain_speculative_sampling_triton", recording), torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            self._accept(inputs, [False] * inputs.bs)
         draft = None if inputs.draft_probs is None else seen["draft"]
         return AcceptDistributions(seen["target"], draft)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from contracts.adapters.patching import patched
 from contracts.adapters.vllm import runtime
 from contracts.boundary.verify import AcceptDistributions, AcceptResult, CommitResult, VerifyInputs
 
@@ -129,11 +130,9 @@ class VLLMVerify:
             seen["bonus"] = cut.to(torch.float32).softmax(-1)
             return cut
 
-        rs._rejection_random_sample, tks.apply_top_k_top_p = _Recording(real_random, record_kernel_inputs), recording_cut
-        try:
+        with patched(rs, "_rejection_random_sample", _Recording(real_random, record_kernel_inputs)), \
+                patched(tks, "apply_top_k_top_p", recording_cut):
             self._step(inputs, greedy=False, seed=0, capped=False)
-        finally:
-            rs._rejection_random_sample, tks.apply_top_k_top_p = real_random, real_cut
         bs, gamma, vocab = inputs.bs, inputs.gamma, inputs.vocab
         target = torch.cat([seen["target"].reshape(bs, gamma, vocab), seen["bonus"].reshape(bs, 1, vocab)], 1)
         draft = None if seen["draft"] is None else seen["draft"].reshape(bs, gamma, vocab).clone()

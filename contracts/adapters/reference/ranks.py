@@ -111,29 +111,22 @@ def tp_result(rank: int, local, lens, correct, bonus, trim, commit, new_seq) -> 
                 bonus=listed(bonus), cap_trim=listed(trim), commit_len=listed(commit), new_seq_lens=listed(new_seq))
 
 
-def run_tp(scenario: TpScenario, program, backend: str = "gloo") -> TpRun:
-    """The scenario on `world_size` rank processes started by the project's DP runner; `program` reads it from
-    the config's payload."""
-    cfg = dp_runner.DpRunConfig(world_size=scenario.world_size, batch_sizes=((scenario.bs,) * scenario.world_size,),
-                                gamma=scenario.gamma, max_running_requests=max(scenario.bs, 1), seed=scenario.seed,
-                                timeout_s=float(dp_runner.DEFAULT_TIMEOUT_S), payload=dataclasses.astuple(scenario))
-    try:
-        result = dp_runner.run_dp(cfg, program=program, backend=backend)
-    except dp_runner.RankFailure as e:
-        return TpRun(scenario, (), RankRunFailure(e.rank, e.kind, str(e)))
-    return TpRun(scenario, tuple(TpRankResult(**{k: (v if k == "rank" else tuple(v)) for k, v in obs[0].items()})
-                                 for obs in result.observations), None)
-
-
 def run_ranks(world_size: int, payload, program, backend: str = "gloo"):
-    """`program` on `world_size` rank processes started by the project's DP runner (the payload in its config):
-    (per-rank observations, None), or ((), "rank R failed (kind): message")."""
+    """`program` on `world_size` rank processes started by the project's DP runner (it reads the payload and the
+    collective timeout from its config): (per-rank observations, None), or ((), the RankRunFailure)."""
     cfg = dp_runner.DpRunConfig(world_size=world_size, batch_sizes=((0,) * world_size,), gamma=1, max_running_requests=1,
                                 timeout_s=float(dp_runner.DEFAULT_TIMEOUT_S), payload=payload)
     try:
         return dp_runner.run_dp(cfg, program=program, backend=backend).observations, None
     except dp_runner.RankFailure as e:
-        return (), f"rank {e.rank} failed ({e.kind}): {e}"
+        return (), RankRunFailure(e.rank, e.kind, str(e))
+
+
+def run_tp(scenario: TpScenario, program, backend: str = "gloo") -> TpRun:
+    """The scenario on `world_size` rank processes; `program` reads it from the config's payload."""
+    observations, failure = run_ranks(scenario.world_size, dataclasses.astuple(scenario), program, backend)
+    return TpRun(scenario, tuple(TpRankResult(**{k: (v if k == "rank" else tuple(v)) for k, v in obs[0].items()})
+                                 for obs in observations), failure)
 
 
 class TpProgram:

@@ -135,6 +135,7 @@ class VLLMDpPadding:
 
         t0 = time.monotonic()
         observations, failure = run_ranks(case.world_size, dataclasses.astuple(case), VLLMDpPaddingProgram)
+        failure = None if failure is None else f"rank {failure.rank} failed ({failure.kind}): {failure.message}"
         ranks = tuple(tuple(DpPaddingRank(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in o.items()})
                             for o in per_rank) for per_rank in observations)
         return DpPaddingRun(case, ranks, failure, time.monotonic() - t0)

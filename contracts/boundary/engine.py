@@ -29,6 +29,7 @@ class SpsSpec:
 
 
 FLAT_SPS = SpsSpec("steps", (1,), (1.0,))
+SURVIVAL_EPS = 1e-6  # a cell is valid when its survival is >= eps (the planners' default; a PlanCase step uses it)
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ class ScheduleCase:
     confidence: Tuple[Tuple[float, ...], ...]  # [bs][gamma] in [0, 1]
     budget: int
     min_verify_len: int = 1
-    eps: float = 1e-6
+    eps: float = SURVIVAL_EPS
 
     @property
     def gamma(self) -> int:
@@ -48,7 +49,7 @@ class BudgetCase:
     confidence: Tuple[Tuple[float, ...], ...]  # the (lagged) confidence the budget reads, [bs][gamma] in [0, 1]
     sps: Optional[SpsSpec]  # None = the uninitialised (flat) table
     force_budget_frac: Optional[float] = None
-    eps: float = 1e-6
+    eps: float = SURVIVAL_EPS
 
 
 @dataclass(frozen=True)

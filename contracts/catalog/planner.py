@@ -21,7 +21,7 @@ import hypothesis
 import torch
 
 from contracts import oracle
-from contracts.boundary.engine import FLAT_SPS, BudgetCase, PlanCase, ScheduleCase, SpsSpec
+from contracts.boundary.engine import FLAT_SPS, SURVIVAL_EPS, BudgetCase, PlanCase, ScheduleCase, SpsSpec
 from contracts.checks import expect, expect_equal
 from contracts.protocol import PLANNER, PLANNER_EMPTY_BATCH, PLANNER_MIN_VERIFY_LEN
 from contracts.registry import contract
@@ -58,6 +58,12 @@ def _cells(surv, eps: float):
             elif v >= eps:
                 sure.append((v, k, r))
     return sure, edge
+
+
+def _valid_per_row(confidence, eps: float) -> list:
+    """Per request, how many of its cells are surely valid (survival >= eps, not within tolerance of it)."""
+    sure, _ = _cells(_survival(confidence), eps)
+    return [sum(1 for _, _, r in sure if r == row) for row in range(len(confidence))]
 
 
 def _require(engine, min_verify_len: int = 1, bs: int = 1) -> None:
@@ -208,8 +214,7 @@ def flat_table_verifies_all(engine, case: BudgetCase):
     budget = _budget(engine, case)
     expect(len(sure) <= budget <= len(sure) + len(edge), "budget (flat table)", f"#valid = {len(sure)}", budget)
     lens, _ = _schedule(engine, ScheduleCase(case.confidence, budget, 1, case.eps))
-    for r, row in enumerate(_survival(case.confidence)):
-        valid = sum(1 for v in row if v >= case.eps and not _near(v, case.eps))
+    for r, valid in enumerate(_valid_per_row(case.confidence, case.eps)):
         expect(lens[r] >= 1 + valid, f"verify_lens[{r}] (flat table)", f">= 1 + {valid} valid cells", lens[r])
 
 
@@ -299,8 +304,7 @@ def planner_step(engine, case):
         expect(spent <= cap, f"sum(L - 1) with forced fraction {case.force_budget_frac} (budget {view.budget})",
                f"<= floor(f*bs*gamma) = {cap}", f"{spent} (verify_lens {lens})")
     elif _flat(case.sps):
-        for r, row in enumerate(_survival(case.confidence)):
-            valid = sum(1 for v in row if v >= 1e-6 and not _near(v, 1e-6))
+        for r, valid in enumerate(_valid_per_row(case.confidence, SURVIVAL_EPS)):
             expect(lens[r] >= 1 + valid, f"verify_lens[{r}] (flat table)", f">= 1 + {valid} valid cells", lens[r])
     elif view.budget is not None:
         expect(spent <= view.budget, "sum(L - 1)", f"<= the resolved budget {view.budget}", f"{spent} ({lens})")

@@ -16,7 +16,8 @@ from contracts import validation
 from contracts.cli import main
 from contracts.registry import all_contracts
 from contracts.runner import repro_line
-from tests.hermetic import SELECTIONS, clean_env, run_python
+from tests import inprocess
+from tests.hermetic import SELECTIONS, clean_env
 
 ROOT = Path(__file__).resolve().parents[2]
 # At import, outside any in-process inner session (pytester restores sys.modules after one, not the registry).
@@ -30,11 +31,6 @@ interpreter = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reas
 def _no_placement_env(monkeypatch):
     for var in SELECTIONS:
         monkeypatch.delenv(var, raising=False)
-
-
-def check(*args, **env):
-    """`dspark-contracts check ARGS` in a subprocess, as a user runs it."""
-    return run_python("-m", "contracts.cli", "check", *args, env=env)
 
 
 # --- the checks ----------------------------------------------------------------------------------------------------
@@ -135,7 +131,7 @@ def test_the_plugin_checks_its_options_before_any_test(pytester):
 @interpreter
 def test_table_json_html_and_header_show_device_and_backend(tmp_path):
     out, html = tmp_path / "r.json", tmp_path / "r.html"
-    p = check("--backend", "triton", "--contract", "VERIFY-003", "--profile", "ci", "--json", str(out), "--html", str(html))
+    p = inprocess.check("--backend", "triton", "--contract", "VERIFY-003", "--profile", "ci", "--json", str(out), "--html", str(html))
     assert p.returncode == 0, p.stdout + p.stderr
     assert "engine=reference 0.1.0: device=cpu, backend=triton (Triton interpreter)" in p.stdout.splitlines()
     data = json.loads(out.read_text())
@@ -195,8 +191,7 @@ def test_repro_lines_replay_on_the_same_device_and_backend():
 
 @no_cuda
 def test_b300_without_cuda_collects_and_skips_everything():
-    p = subprocess.run([sys.executable, "-m", "pytest", "-m", "b300", "-q", "-p", "no:cacheprovider"], cwd=ROOT,
-                       env=clean_env(), capture_output=True, text=True, timeout=300)
+    p = inprocess.pytest_run("-m", "b300", "-q", "-p", "no:cacheprovider")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr
     summary = p.stdout.strip().splitlines()[-1]
     assert " skipped" in summary and "passed" not in summary and "failed" not in summary and "error" not in summary
@@ -233,8 +228,8 @@ def test_gpu_check_steps_are_runnable_commands(tmp_path):
     the contract step's arguments are valid up to the device (on a CPU machine: the one-line CUDA refusal)."""
     tests, contracts, bench = _dry_run(tmp_path)
     for step in (tests, bench):
-        p = subprocess.run([sys.executable, *step, "--collect-only"], cwd=ROOT, env=clean_env(), capture_output=True,
-                           text=True, timeout=300)
+        assert step[:2] == ["-m", "pytest"], step
+        p = inprocess.pytest_run(*step[2:], "--collect-only")
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr
         assert "test_bench_gpu" in p.stdout if step is bench else "test_verify_gpu" in p.stdout
     assert contracts[:3] == ["-m", "contracts.cli", "check"]

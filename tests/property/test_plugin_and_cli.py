@@ -1,22 +1,18 @@
-"""The plugin and the check command, run as a user would: in a subprocess."""
+"""The plugin and the check command, run as a user would: one in a subprocess, the rest through the same entry
+points in this process (`tests.inprocess`), which is what makes them cheap enough for the default suite."""
 
 import json
 import textwrap
-from pathlib import Path
 
 import pytest
 
+from tests import inprocess
 from tests.hermetic import run_python
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-run = run_python
 
 
 def test_check_prints_the_table_and_writes_json(tmp_path):
     out = tmp_path / "r.json"
-    p = run("-m", "contracts.cli", "check", "--contract", "HANDOFF-001", "--contract", "DPSYNC-001",
+    p = run_python("-m", "contracts.cli", "check", "--contract", "HANDOFF-001", "--contract", "DPSYNC-001",
             "--json", str(out), "--profile", "ci")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "HANDOFF-001  passed" in p.stdout and "DPSYNC-001   passed" in p.stdout
@@ -25,7 +21,7 @@ def test_check_prints_the_table_and_writes_json(tmp_path):
 
 
 def test_unknown_engine_fails_fast_with_one_line():
-    p = run("-m", "contracts.cli", "check", "--engine", "no-such-engine")
+    p = inprocess.check("--engine", "no-such-engine")
     assert p.returncode == 4 and "unknown engine 'no-such-engine'" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
 
@@ -46,8 +42,8 @@ def test_engine_from_module_factory_and_env_var(tmp_path):
     # A user's engine that only exposes the dp-metadata level: handoff contracts skip with a reason.
     (tmp_path / "my_engine.py").write_text(PARTIAL)
     out = tmp_path / "r.json"
-    p = run("-m", "contracts.cli", "check", "--contract", "HANDOFF-001", "--contract", "SCALE-001", "--json", str(out),
-            env={"DSPARK_ENGINE": "my_engine:make", "PYTHONPATH": str(tmp_path)})
+    p = inprocess.check("--contract", "HANDOFF-001", "--contract", "SCALE-001", "--json", str(out),
+                        env={"DSPARK_ENGINE": "my_engine:make"}, path=[tmp_path])
     assert p.returncode == 0, p.stdout + p.stderr
     data = json.loads(out.read_text())
     rows = {r["id"]: r for r in data["contracts"]}
@@ -67,13 +63,13 @@ def test_engine_from_module_factory_and_env_var(tmp_path):
 ])
 def test_skips_fail_the_run_only_when_nothing_ran_or_a_required_level_skipped(tmp_path, extra, code, words):
     (tmp_path / "my_engine.py").write_text(PARTIAL)
-    p = run("-m", "contracts.cli", "check", "--engine", "my_engine:Partial", *extra, env={"PYTHONPATH": str(tmp_path)})
+    p = inprocess.check("--engine", "my_engine:Partial", *extra, path=[tmp_path])
     assert p.returncode == code, p.stdout + p.stderr
     assert words in p.stderr
 
 
 def test_collect_only_needs_no_engine():
-    p = run("-m", "pytest", "--collect-only", "-q", "contracts/suite", "--engine", "not_installed_pkg:Factory")
+    p = inprocess.pytest_run("--collect-only", "-q", "contracts/suite", "--engine", "not_installed_pkg:Factory")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "test_contract[HANDOFF-001]" in p.stdout
 
@@ -83,7 +79,7 @@ def test_gpu_marker_selection_skips_cleanly_without_gpu():
 
     if torch.cuda.is_available():
         pytest.skip("this checks the behaviour on a machine without CUDA")
-    p = run("-m", "pytest", "-q", "-m", "b300", "-p", "no:cacheprovider", "tests/gpu", "contracts/suite")
+    p = inprocess.pytest_run("-q", "-m", "b300", "-p", "no:cacheprovider", "tests/gpu", "contracts/suite")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "skipped" in p.stdout and " failed" not in p.stdout and " passed" not in p.stdout
 

@@ -1,4 +1,5 @@
-"""What `check` reports about a failing engine: JSON, JUnit XML, progress lines, the HTML page (parsed, and in a browser)."""
+"""What `check` reports about a failing engine: JSON, JUnit XML, progress lines, the HTML page (parsed, and in a browser).
+The check runs in this process (`tests.inprocess`); its repro line, and the check on xdist workers, in new ones."""
 
 import json
 import re
@@ -14,6 +15,7 @@ import pytest
 
 from contracts import cli
 from contracts.html_report import bar_chart, render
+from tests import inprocess
 from tests.hermetic import clean_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,9 +54,7 @@ def failing_run(tmp_path_factory):
             "--junitxml", str(paths["xml"]), "--progress"]
     for cid in CONTRACTS:
         argv += ["--contract", cid.lower()]
-    p = subprocess.run([sys.executable, "-m", "contracts.cli", *argv], cwd=ROOT, env=_env(tmp), capture_output=True,
-                       text=True, timeout=300)
-    return p, paths, tmp
+    return inprocess.check(*argv[1:], env={"CI": "true"}, path=[tmp]), paths, tmp
 
 
 def test_a_failed_contract_exits_1(failing_run):

@@ -130,6 +130,12 @@ def placeholder_slots(engine, case):
     _emitted_check(engine, case, "-1 in every slot past commit_len", lambda slot, c: slot > c)
 
 
+def _argmax_as_computed(engine, logits: torch.Tensor) -> torch.Tensor:
+    """The target argmax, ties to the lowest index, with ties as the engine's arithmetic sees them: an engine without
+    verify.float64 computes in float32, where logits closer than its rounding are equal."""
+    return oracle.lowest_argmax(logits if VERIFY_FLOAT64 in engine.capabilities else logits.to(torch.float32))
+
+
 @contract("VERIFY-003", "greedy: correct_len is the longest draft prefix equal to the target argmax (ties to the lowest "
           "index), capped at L-1; the bonus is the target argmax at correct_len; where the engine counts the drafts past "
           "the cap (verify.cap-trim), cap_trim = raw - correct_len",
@@ -138,7 +144,7 @@ def greedy_decision(engine, case):
     inputs = build(case)
     require_supported(engine, inputs)
     r = engine.greedy_accept(inputs)
-    pred = oracle.lowest_argmax(inputs.target_logits)  # [bs, gamma+1]
+    pred = _argmax_as_computed(engine, inputs.target_logits)  # [bs, gamma+1]
     raw = _leading(_i64(inputs.drafts) == pred[:, :-1])
     capped = torch.minimum(raw, inputs.lens() - 1)
     bonus = pred.gather(1, capped[:, None])[:, 0]
@@ -157,7 +163,7 @@ def greedy_is_plain_greedy_decoding(engine, case):
     target, draft, anchors = build_markov(case)
     bs, v, gamma = case.bs, case.vocab, case.gamma
     logits = target.log()
-    nxt = oracle.lowest_argmax(logits)  # [V]: plain greedy successor of each token
+    nxt = _argmax_as_computed(engine, logits)  # [V]: plain greedy successor of each token
     want = gamma + 2
     plain = [anchors]
     for _ in range(want):

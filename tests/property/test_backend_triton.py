@@ -18,10 +18,13 @@ import torch
 from hypothesis import Phase
 
 import dspark.verify.dispatch as dispatch
+from contracts import oracle
 from contracts.adapters.reference import ReferenceAdapter
+from contracts.boundary.verify import VerifyCase
 from contracts.protocol import VERIFY, VERIFY_FLOAT64
 from contracts.registry import all_contracts
 from contracts.runner import run_contract
+from contracts.strategies.verify import build
 from contracts.violation import ContractViolation
 from tests.hermetic import run_python
 
@@ -169,6 +172,17 @@ def test_an_fp32_engine_is_held_to_every_law_its_arithmetic_allows(contract_id):
         pytest.skip(f"{contract_id} needs {sorted(contract.requires - engine.capabilities)}")  # not float64's doing
     else:
         run_contract(contract, engine, profile="ci")
+
+
+def test_logits_float32_cannot_tell_apart_are_ties_for_an_fp32_engine():
+    """Near-uniform logits, two of them closer than float32 rounding: an fp32 engine's argmax takes the lower index
+    of the two, and the greedy oracle must call that a tie, not the float64 winner (a false alarm before)."""
+    case = VerifyCase(bs=2, gamma=5, vocab=42, target_family="near_uniform", draft_family="sparse",
+                      draft_mode="target_argmax", seed=835206834)
+    logits = build(case).target_logits
+    assert not torch.equal(oracle.lowest_argmax(logits), oracle.lowest_argmax(logits.float())), "the premise"
+    for cid in ("VERIFY-003", "VERIFY-001"):
+        CONTRACTS[cid].check(Float32Reference(), case)
 
 
 def test_without_the_tag_an_fp32_engine_fails_the_exact_laws():

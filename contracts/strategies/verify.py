@@ -198,9 +198,21 @@ def build_values(case: ValueCase) -> VerifyInputs:
         prefix_lens=torch.zeros(bs, dtype=torch.int64))
 
 
+def _digits(draw, n: int, base: int, label: str) -> tuple:
+    """n values in [0, base) from one drawn integer (its base-`base` digits, first value lowest). One choice per
+    row instead of one per value: the shrinker's cost grows with the number of choices, so a failing case shrinks
+    several times faster, to the same values (the integer shrinks towards 0, zeroing the later values first)."""
+    code = draw(st.integers(0, base ** n - 1), label=label)
+    out = []
+    for _ in range(n):
+        code, digit = divmod(code, base)
+        out.append(digit)
+    return tuple(out)
+
+
 def _eighths(draw, v: int, label: str) -> tuple:
     """A draft row: 8 hits on tokens (so eighths summing to 1); shrinks towards all mass on token 0."""
-    hits = draw(st.lists(st.integers(0, v - 1), min_size=8, max_size=8), label=label)
+    hits = _digits(draw, 8, v, label)
     return tuple(hits.count(t) for t in range(v))
 
 
@@ -210,7 +222,7 @@ def value_cases(draw, *, min_bs=0, max_bs=4, max_vocab=6, max_gamma=4, mixed=Non
     bs = draw(st.integers(min_bs, max_bs), label="bs")
     gamma = draw(st.integers(1, max_gamma), label="gamma")
     v = draw(st.integers(2, max_vocab), label="vocab")
-    ints = lambda n, hi, label: tuple(draw(st.lists(st.integers(0, hi), min_size=n, max_size=n), label=label))  # noqa: E731
+    ints = lambda n, hi, label: _digits(draw, n, hi + 1, label)  # noqa: E731
     cand = tuple(ints(gamma + 1, v - 1, f"candidates {b}") for b in range(bs))
     logits = tuple(tuple(ints(v, 3, f"logits {b},{j}") for j in range(gamma + 1)) for b in range(bs))
     one_hot = draw(st.booleans(), label="one_hot_draft")
@@ -263,12 +275,10 @@ def dyadic_cases(draw, max_bs=3, max_vocab=5, max_gamma=4) -> DyadicCase:
     gamma = draw(st.integers(1, max_gamma), label="gamma")
     v = draw(st.integers(2, max_vocab), label="vocab")
     rows = lambda n, label: tuple(tuple(_eighths(draw, v, f"{label} {b},{j}") for j in range(n)) for b in range(bs))  # noqa: E731
-    cand = tuple(tuple(draw(st.lists(st.integers(0, v - 1), min_size=gamma + 1, max_size=gamma + 1), label=f"candidates {b}"))
-                 for b in range(bs))
+    cand = tuple(_digits(draw, gamma + 1, v, f"candidates {b}") for b in range(bs))
     p = rows(gamma + 1, "target row")
     q = None if draw(st.booleans(), label="one_hot") else rows(gamma, "draft row")
-    coins = tuple(tuple(draw(st.lists(st.integers(0, 15), min_size=gamma, max_size=gamma), label=f"coins {b}"))
-                  for b in range(bs))
+    coins = tuple(_digits(draw, gamma, 16, f"coins {b}") for b in range(bs))
     lens = _caps(draw, bs, gamma) if draw(st.booleans(), label="capped") else None
     return DyadicCase(v, gamma, cand, p, q, coins, lens, draw(st.sampled_from(("float32", "float64")), label="dtype"))
 

@@ -119,7 +119,7 @@ class DSparkEngine:
         self.rows: List[RequestState] = []  # live requests in batch order
         self.done: Dict[int, RequestState] = {}
         self.records: List[StepRecord] = []
-        self.last_laws: List[StepLaws] = []  # the sampled rows of the last step
+        self._last_sampled = None  # what the last step's sampled rows read (StepLaws are built from it when asked)
         self.budget_confidence = BudgetConfidence(cfg.pool_size)
 
     # ---- requests ------------------------------------------------------------
@@ -151,11 +151,10 @@ class DSparkEngine:
         for r in requests:
             self._check_request(r)
 
-    def _uniforms(self, rid: int, local_step: int, n: int) -> torch.Tensor:
-        """n float64 uniforms in (0, 1) from the (seed, rid, local_step) stream."""
-        g = torch.Generator()
-        g.manual_seed(request_key(self.config.seed, rid, local_step))
-        return torch.rand(n, generator=g, dtype=F64).clamp(1e-300, 1 - 2 ** -53)
+    def _uniforms(self, rids: Sequence[int], local_steps: Sequence[int], n: int) -> torch.Tensor:
+        """[len(rids), n] float64 uniforms in (0, 1); row r from the (seed, rids[r], local_steps[r]) stream."""
+        seed = self.config.seed
+        return sampling.counter_uniforms([request_key(seed, r, s) for r, s in zip(rids, local_steps)], n)
 
     @staticmethod
     def _exponential(u: torch.Tensor) -> torch.Tensor:
@@ -178,7 +177,7 @@ class DSparkEngine:
             last = logits[:, -1]
             temps = torch.tensor([0.0 if r.params.is_greedy else float(r.params.temperature) for r in group], dtype=F64)
             probs = self._target_probs(last.clone(), temps, [r.params for r in group])
-            race = torch.stack([1.0 / self._exponential(self._uniforms(r.rid, 0, self.vocab_size)) for r in group])
+            race = 1.0 / self._exponential(self._uniforms([r.rid for r in group], [0] * len(group), self.vocab_size))
             drawn = torch.argmax(probs * race, dim=-1)
             pick = torch.where(temps > 0, drawn, torch.argmax(last, dim=-1))
             for i, r in enumerate(group):
@@ -311,11 +310,13 @@ class DSparkEngine:
         """Per request, from its (seed, rid, local step) stream: Gumbel noise [gamma, V] for the drafts,
         acceptance coins [gamma], and resample weights 1/E [V] (the exponential race)."""
         g, V = self.gamma, self.vocab_size
-        u = torch.stack([self._uniforms(st.rid, st.local_step + 1, g * V + g + V) for st in self.rows])
+        return self._split_noise(self._uniforms([st.rid for st in self.rows], [st.local_step + 1 for st in self.rows],
+                                                g * V + g + V))
+
+    def _split_noise(self, u: torch.Tensor):
+        g, V = self.gamma, self.vocab_size
         gumbel = -torch.log(self._exponential(u[:, : g * V])).reshape(-1, g, V)
-        coins = u[:, g * V: g * V + g]
-        resample = 1.0 / self._exponential(u[:, g * V + g: g * V + g + V])
-        return gumbel, coins, resample
+        return gumbel, u[:, g * V: g * V + g], 1.0 / self._exponential(u[:, g * V + g:])
 
     def plan_verify_lens(self, proposal):
         """(verify_lens [bs] int64 or None for static, budget or None, planned mask, the confidence the budget read).
@@ -435,15 +436,17 @@ class DSparkEngine:
         acc, p, q = self._accept(cand, logits, proposal, lens, temps, coins, resample)
         fin = verify.finalize(seq_lens, proposal.draft_tokens, acc, backend=self.config.verify_backend)
         # What each sampled row's accept read, and what its drafts were drawn with (observability for contracts).
-        self.last_laws = [] if p is None else [
-            StepLaws(st.rid, st.cache_tokens, len(st.cache_tokens), cand[i].tolist(), st.params, p[i], q[i],
-                     proposal.step_logits[i], float(temps[i]), gumbel[i]) for i, st in enumerate(rows) if not st.params.is_greedy]
+        self._last_sampled = None if p is None else (
+            [(i, st, len(st.cache_tokens)) for i, st in enumerate(rows) if not st.params.is_greedy],
+            cand, p, q, proposal.step_logits, temps, gumbel)
 
         emitted, leaving = [], []
+        # One host copy per tensor, not one per row and field.
+        commit_lens, correct_lens, out_tokens = fin.commit_len.tolist(), acc.correct_len.tolist(), fin.out_tokens.tolist()
+        anchor_ids, drafts = anchors.tolist(), proposal.draft_tokens.tolist()
         for i, st in enumerate(rows):
-            c = int(fin.commit_len[i])
-            self._commit(i, st, int(anchors[i]), proposal.draft_tokens[i].tolist(), int(acc.correct_len[i]), hidden[i])
-            out = fin.out_tokens[i, :c].tolist()
+            self._commit(i, st, anchor_ids[i], drafts[i], correct_lens[i], hidden[i])
+            out = out_tokens[i][: commit_lens[i]]
             st.local_step += 1
             if self._truncate(st, out):
                 leaving.append(i)
@@ -453,7 +456,7 @@ class DSparkEngine:
         rec = StepRecord(
             step=len(self.records), rids=[st.rid for st in rows], seq_lens=seq_lens.tolist(),
             verify_lens=[T] * len(rows) if lens is None else lens.tolist(), planned=planned, budget=budget,
-            correct_lens=acc.correct_len.tolist(), cap_trim=acc.cap_trim.tolist(), commit_lens=fin.commit_len.tolist(),
+            correct_lens=correct_lens, cap_trim=acc.cap_trim.tolist(), commit_lens=commit_lens,
             new_seq_lens=fin.new_seq_lens.tolist(), emitted=emitted, finished=[rows[i].rid for i in leaving],
             overlap=self.enable_overlap, target_tokens=target_tokens, graph_num_tokens=graph_tokens,
             budget_confidence=None if budget_conf is None else budget_conf.tolist())
@@ -461,6 +464,16 @@ class DSparkEngine:
             self._leave(leaving)
         self.records.append(rec)
         return rec
+
+    @property
+    def last_laws(self) -> List[StepLaws]:
+        """The sampled rows of the last step: what each one's accept read and its drafts were drawn with. Built when
+        read, since most steps nobody asks (a row costs a few tensor views)."""
+        if self._last_sampled is None:
+            return []
+        sampled, cand, p, q, draft_logits, temps, gumbel = self._last_sampled
+        return [StepLaws(st.rid, st.cache_tokens, n, cand[i].tolist(), st.params, p[i], q[i], draft_logits[i],
+                         float(temps[i]), gumbel[i]) for i, st, n in sampled]
 
     def run_to_completion(self, max_steps: Optional[int] = None, progress=None) -> None:
         n = 0

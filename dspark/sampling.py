@@ -1,10 +1,30 @@
-"""The target's sampling law for one request: temperature, then top-k, then top-p (SGLang's order)."""
+"""The target's sampling law for one request (temperature, then top-k, then top-p: SGLang's order), and the
+counter-based uniforms the engine's draws come from."""
 
 from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
 import torch
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def counter_uniforms(keys: Sequence[int], n: int) -> torch.Tensor:
+    """[len(keys), n] float64 uniforms in (0, 1): value j of row r is SplitMix64 of keys[r] + (j + 1) * golden.
+
+    A counter-based stream: every (key, j) is drawn independently of the others, so all rows come from one
+    vectorised pass instead of one seeded generator per row. numpy's uint64 arithmetic wraps modulo 2**64 by
+    definition (torch's int64 overflow is not specified); 52 bits + 1/2 keep both 0 and 1 out.
+    """
+    k = np.asarray(list(keys), dtype=np.uint64).reshape(-1, 1)
+    z = k + np.arange(1, n + 1, dtype=np.uint64) * _GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    z = z ^ (z >> np.uint64(31))
+    return torch.from_numpy(((z >> np.uint64(12)).astype(np.float64) + 0.5) * 2.0 ** -52)
 
 
 def target_probs(logits: torch.Tensor, temperatures: Sequence[float], top_ks: Sequence[int],
@@ -22,6 +42,8 @@ def target_probs(logits: torch.Tensor, temperatures: Sequence[float], top_ks: Se
     probs = torch.softmax(logits.to(torch.float64) / temps, dim=-1)
     v = probs.shape[-1]
     for i in range(bs):
+        if not (0 < top_ks[i] < v or top_ps[i] < 1):
+            continue  # uncut: the softmax row as it is
         row = probs[i]
         if 0 < top_ks[i] < v:
             kth = torch.topk(row, top_ks[i], dim=-1).values[..., -1:]

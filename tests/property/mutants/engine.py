@@ -92,9 +92,8 @@ def _unresolved_step_verifies_the_anchor(self, proposal):
 
 def _noise_keyed_by_row(self):
     g, V = self.gamma, self.vocab_size
-    u = torch.stack([self._uniforms(i, st.local_step + 1, g * V + g + V) for i, st in enumerate(self.rows)])
-    gumbel = -torch.log(self._exponential(u[:, : g * V])).reshape(-1, g, V)
-    return gumbel, u[:, g * V: g * V + g], 1.0 / self._exponential(u[:, g * V + g:])
+    rows = range(len(self.rows))  # the batch row where the request id belongs
+    return self._split_noise(self._uniforms(rows, [st.local_step + 1 for st in self.rows], g * V + g + V))
 
 
 def _handoff_counts_anchor(batch, last_tokens_tensor, future_map):

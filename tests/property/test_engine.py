@@ -162,3 +162,17 @@ def test_demo_runs(capsys):
     assert demo.main(["--gamma", "3", "--max-new", "8", "--bs", "2"]) == 0
     out = capsys.readouterr().out
     assert "verify_lens" in out and "plain greedy decoding of the target: True" in out
+
+
+def test_counter_uniforms_are_uniform_in_the_open_interval_and_keyed_by_row():
+    from dspark.sampling import counter_uniforms
+
+    edge = counter_uniforms([0, 1, 2**63 - 1, 2**64 - 1], 4096)
+    assert edge.dtype == torch.float64 and bool((edge > 0).all() and (edge < 1).all())
+    # A row is a function of its key alone: the same key gives the same row whatever its companions.
+    assert torch.equal(counter_uniforms([7, 3, 5], 64)[1], counter_uniforms([3], 64)[0])
+    assert not torch.equal(counter_uniforms([3], 64), counter_uniforms([4], 64))
+    u = counter_uniforms(range(1000), 100).reshape(-1)  # 1e5 values over 16 bins: 6250 expected each
+    counts = torch.bincount((u * 16).long(), minlength=16).double()
+    assert float(((counts - 6250) ** 2 / 6250).sum()) < 50.0  # chi-square, 15 dof: p ~ 1e-5 at 50
+    assert abs(float(u.mean()) - 0.5) < 0.005 and abs(float(u[:-1] @ u[1:]) / (u.numel() - 1) - 0.25) < 0.005

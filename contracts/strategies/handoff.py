@@ -17,13 +17,17 @@ SEED_CASE = HandoffCase(prompt_lens=(11, 23), req_pool_indices=(3, 7), bonus_tok
 def handoff_cases(draw, *, overlap=None, min_bs=0, max_bs=MAX_BS) -> HandoffCase:
     """A decode-side handoff: bs 0..64 (0 = DP idle), distinct arbitrary pool rows, either family algorithm, and
     requests that carry earlier outputs (retracted and prefilled again)."""
-    bs = draw(st.integers(min_bs, max_bs), label="bs")
-    pool_size = draw(st.integers(max(bs, 1), bs + 64), label="pool_size")
-    rows = draw(st.lists(st.integers(0, pool_size - 1), min_size=bs, max_size=bs, unique=True), label="req_pool_indices")
-    prompts = draw(st.lists(st.integers(1, 4096), min_size=bs, max_size=bs), label="prompt_lens")
-    outputs = draw(st.just(()) | st.lists(st.integers(1, 4), min_size=bs, max_size=bs).map(tuple), label="output_lens")
-    bonus = draw(st.lists(st.integers(0, MAX_TOKEN), min_size=bs, max_size=bs), label="bonus_tokens")
+    # One list of whole requests (pool row, prompt, tokens sampled, bonus), so shrinking deletes requests: with a drawn
+    # bs and one list of that length per field, every shrink of bs misaligned the lists after it (seconds a failure).
+    # A drawn floor on its length keeps large batches as common as small ones (a plain list is mostly short).
+    floor = draw(st.sampled_from(sorted({min_bs, max(min_bs, max_bs // 2)})), label="bs floor")
+    carries = draw(st.booleans(), label="requests carry earlier outputs")
+    request = st.tuples(st.integers(0, 2 * MAX_BS - 1), st.integers(1, 4096), st.integers(1, 4) if carries else st.just(1),
+                        st.integers(0, MAX_TOKEN))
+    reqs = draw(st.lists(request, min_size=floor, max_size=max_bs, unique_by=lambda r: r[0]), label="requests")
+    rows, prompts, outputs, bonus = (tuple(r[k] for r in reqs) for k in range(4))
+    pool_size = max(rows, default=0) + 1 + draw(st.integers(0, 64), label="free rows past the last used")
     enable_overlap = draw(st.booleans(), label="enable_overlap") if overlap is None else overlap
     gamma = draw(st.integers(1, 16), label="gamma")
     algorithm = draw(st.sampled_from(ALGORITHMS), label="algorithm")
-    return HandoffCase(tuple(prompts), tuple(rows), tuple(bonus), enable_overlap, pool_size, gamma, algorithm, outputs)
+    return HandoffCase(prompts, rows, bonus, enable_overlap, pool_size, gamma, algorithm, outputs if carries else ())

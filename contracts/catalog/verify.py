@@ -37,6 +37,7 @@ from contracts.scenarios.verify import (
 )
 from contracts.strategies.verify import (
     CAPPED_ACCEPT,
+    HALF_REJECTED,
     PER_ROW_CAPS,
     TIE_CASE,
     any_cases,
@@ -312,7 +313,7 @@ def sampling_batch_independent(engine, case):
 
 @contract("LOSSLESS-001", "one step, exact: the law of the first emitted token, integrated over the coin and resample "
           "noise from the engine's own decisions, equals the target row p_0 within 1e-9 (sampled or one-hot drafts, "
-          "caps included)", requires=EXACT_LAW_NEEDS, cases=EXACT_LAW, max_examples=15)
+          "caps included)", requires=EXACT_LAW_NEEDS, cases=EXACT_LAW, max_examples=15, examples=(HALF_REJECTED,))
 def first_token_lossless(engine, case):
     inputs = build(case)
     laws = derived_block_law(engine, first_draft_enumeration(inputs))

@@ -249,6 +249,11 @@ PER_ROW_CAPS = ValueCase(vocab=2, gamma=2, candidates=((0, 0, 0), (0, 0, 0)), lo
                          draft_eighths=None, coins_sixteenths=((0, 0), (0, 0)), verify_lens=(1, 3))
 
 
+# One row, two tokens, a one-hot draft the target rejects about half the time: the residual decides half the first
+# token's law, so a wrong residual fails the first example (the cheapest to run, through an interpreter too).
+HALF_REJECTED = VerifyCase(bs=1, gamma=1, vocab=2, target_family="near_uniform", draft_family="one_hot",
+                           draft_mode="uniform", seed=0)
+
 # A regression example: ties in the target, a one-hot draft, and caps of 1 and gamma+1.
 TIE_CASE = VerifyCase(bs=3, gamma=3, vocab=5, target_family="ties", draft_family="one_hot", draft_mode="tie_high",
                       seed=7, verify_lens=(1, 4, 2), greedy=(True, False, True))

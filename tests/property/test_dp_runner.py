@@ -152,7 +152,7 @@ def test_rank_that_raises_is_named_with_its_error():
 
 
 def test_stalled_rank_turns_into_a_timeout_naming_it():
-    cfg = DpRunConfig(2, ((1, 2), (2, 1), (1, 1)), timeout_s=2.0)  # healthy collectives take milliseconds
+    cfg = DpRunConfig(2, ((1, 2), (2, 1), (1, 1)), timeout_s=1.0)  # healthy collectives take milliseconds
     t0 = time.monotonic()
     with pytest.raises(RankFailure, match="DP rank 1 never reached") as caught:
         run_dp(cfg, program=rank_mutants.StallsMidStep)
@@ -181,7 +181,7 @@ def test_idle_rank_that_skips_a_collective_is_named_within_the_timeout():
 
 
 def test_skip_in_the_last_collective_still_fails_by_timeout():
-    cfg = DpRunConfig(2, ((1, 1), (3, 0)), timeout_s=2.0)  # rank 1 is idle only in the last step
+    cfg = DpRunConfig(2, ((1, 1), (3, 0)), timeout_s=1.0)  # rank 1 is idle only in the last step
     t0 = time.monotonic()
     with pytest.raises(RankFailure, match="DP rank 1 is out of step") as caught:
         run_dp(cfg, program=rank_mutants.IdleRankSkipsGather)

@@ -44,10 +44,15 @@ if [ "$DRY" -eq 1 ]; then
   exit 0
 fi
 
-# No CUDA: one line, exit 3, before anything is written.
-if ! cuda=$("$PY" -c 'import torch; assert torch.cuda.is_available(); print(torch.cuda.get_device_name())' 2>/dev/null); then
-  echo "gpu_check: no CUDA device visible to $("$PY" -c 'import torch; print("torch", torch.__version__)' 2>/dev/null \
-    || echo "python (no torch)"): nothing ran (the CPU checks are 'pytest -m cpu' and 'dspark-contracts check --backend triton')" >&2
+# No CUDA: one line, exit 3, before anything is written. One probe (torch takes seconds to import): the device
+# name on its first line (empty without CUDA), the torch version on its second.
+probe=$("$PY" -c 'import torch
+print(torch.cuda.get_device_name() if torch.cuda.is_available() else "")
+print("torch", torch.__version__)' 2>/dev/null) || probe=$'\npython (no torch)'
+cuda=$(sed -n 1p <<<"$probe")
+if [ -z "$cuda" ]; then
+  echo "gpu_check: no CUDA device visible to $(sed -n 2p <<<"$probe"): nothing ran (the CPU checks are 'pytest -m cpu' and" \
+    "'dspark-contracts check --backend triton')" >&2
   exit 3
 fi
 missing=$("$PY" -c '

@@ -42,9 +42,18 @@ def isolated(env=None, path=()):
     os.environ.clear()
     os.environ.update(clean_env(**(env or {})))
     sys.path[:0] = folders
+    # pytest-xdist hands its local workers the sys.path it froze when it was imported (at this session's start),
+    # not the current one: without the folders on it, a worker could not import the engine. (One list, shared by
+    # the modules that imported it: changed in place.)
+    xdist = sys.modules.get("xdist.plugin")
+    frozen = None if xdist is None else list(xdist._sys_path)
+    if xdist is not None:
+        xdist._sys_path[:] = sys.path
     try:
         yield
     finally:
+        if xdist is not None:
+            xdist._sys_path[:] = frozen
         os.environ.clear()
         os.environ.update(saved_env)
         sys.path[:] = saved_path

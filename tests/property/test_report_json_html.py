@@ -1,5 +1,5 @@
 """What `check` reports about a failing engine: JSON, JUnit XML, progress lines, the HTML page (parsed, and in a browser).
-The check runs in this process (`tests.inprocess`); its repro line, and the check on xdist workers, in new ones."""
+The check runs in this process (`tests.inprocess`; its xdist worker in a new one); its repro line as a user pastes it."""
 
 import json
 import re
@@ -192,9 +192,8 @@ def test_failure_fields_survive_xdist(tmp_path):
     pytest.importorskip("xdist")
     (tmp_path / "bad_engine.py").write_text(DOUBLING)
     out = tmp_path / "r.json"
-    p = subprocess.run([sys.executable, "-m", "contracts.cli", "check", "--engine", "bad_engine:Doubling", "-n", "1",
-                        "--contract", "SCALE-001", "--contract", "DPSYNC-001", "--json", str(out)],
-                       cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True, timeout=300)
+    p = inprocess.check("--engine", "bad_engine:Doubling", "-n", "1", "--contract", "SCALE-001", "--contract", "DPSYNC-001",
+                        "--json", str(out), env={"CI": "true"}, path=[tmp_path])
     assert p.returncode == 1, p.stdout + p.stderr
     data = json.loads(out.read_text())
     rows = {r["id"]: r for r in data["contracts"]}

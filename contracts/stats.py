@@ -180,26 +180,33 @@ def table_test(name: str, counts: dict, law: dict) -> tuple:
             torch.tensor([law.get(k, 0.0) for k in keys], dtype=torch.float64))
 
 
-def gate(tests: list, *, family_alpha: float = FAMILY_ALPHA, tv_floor: float = TV_FLOOR) -> None:
-    """tests: (name, counts, law) of one contract run, a family sharing ``family_alpha`` (Bonferroni).
+class Gate:
+    """The gate for a family of ``size`` tests sharing ``family_alpha`` (Bonferroni), applied as each test's counts
+    arrive: a rejection stops the run at once, with the verdict gating them all at the end would give."""
 
-    Fails through `contracts.checks.expect` on the first test that rejects, naming the test,
-    the threshold and the observed statistics.
-    """
-    __tracebackhide__ = True
-    from contracts.checks import expect
+    def __init__(self, size: int, *, family_alpha: float = FAMILY_ALPHA, tv_floor: float = TV_FLOOR):
+        self.size, self.family_alpha, self.tv_floor = size, family_alpha, tv_floor
+        self.alpha = bonferroni(family_alpha, TAIL_SAFETY * size)
 
-    alpha = bonferroni(family_alpha, TAIL_SAFETY * len(tests))
-    results = []
-    for name, counts, law in tests:
+    def check(self, name: str, counts, law) -> None:
+        """Fails through `contracts.checks.expect`, naming the test, the threshold and the observed statistics."""
+        __tracebackhide__ = True
+        from contracts.checks import expect
+
         result = chi_square_gof(counts, law)
         for seen in _RECORDERS:
-            seen.append((name, torch.as_tensor(law, dtype=torch.float64).flatten(), result.n, alpha))
-        results.append((name, result))
-    for name, result in results:
-        expect(not result.rejects(alpha, tv_floor), f"{name} goodness of fit",
-               f"p >= {alpha:.2g} or TV <= {tv_floor} (family of {len(tests)}, false alarm <= {family_alpha:g})",
+            seen.append((name, torch.as_tensor(law, dtype=torch.float64).flatten(), result.n, self.alpha))
+        expect(not result.rejects(self.alpha, self.tv_floor), f"{name} goodness of fit",
+               f"p >= {self.alpha:.2g} or TV <= {self.tv_floor} (family of {self.size}, false alarm <= {self.family_alpha:g})",
                result.describe())
+
+
+def gate(tests: list, *, family_alpha: float = FAMILY_ALPHA, tv_floor: float = TV_FLOOR) -> None:
+    """tests: (name, counts, law) of one contract run, one `Gate` family; fails on the first test that rejects."""
+    __tracebackhide__ = True
+    family = Gate(len(tests), family_alpha=family_alpha, tv_floor=tv_floor)
+    for name, counts, law in tests:
+        family.check(name, counts, law)
 
 
 # ---- simulation: the gate's false-alarm rate and power, measured rather than assumed ----------------

@@ -195,7 +195,7 @@ def exact_window_law(engine, handle, prompt, length: int, window: slice, setting
           "top-k 3 and top-p 0.7 (fixed seeds; one gate, family-wise false alarm <= 1e-3)",
           requires={STEP}, marks=("stat",))
 def sequence_law(engine):
-    tests = []
+    family = stats.Gate(len(DIST_CONFIGS))  # gated per configuration: a failing one ends the run
     with single_thread():
         for seed, (mode, frac, drafter, settings) in enumerate(DIST_CONFIGS):
             spec = EngineSpec(vocab_size=DIST_VOCAB, gamma=DIST_GAMMA, drafter=drafter, verify_mode=mode, force_budget_frac=frac,
@@ -210,6 +210,5 @@ def sequence_law(engine):
                 key = tuple(v.output[DIST_WINDOW])
                 counts[key] = counts.get(key, 0) + 1
             law = exact_window_law(engine, handle, DIST_PROMPT, DIST_TOKENS, DIST_WINDOW, settings)
-            tests.append(stats.table_test(f"{mode} frac={frac} {drafter} (T, top_k, top_p)={settings}: tokens 3..6",
-                                          counts, law))
-    stats.gate(tests)
+            family.check(*stats.table_test(f"{mode} frac={frac} {drafter} (T, top_k, top_p)={settings}: tokens 3..6",
+                                           counts, law))

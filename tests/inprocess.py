@@ -10,11 +10,12 @@ from __future__ import annotations
 import io
 import os
 import sys
-from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from contextlib import chdir, contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.hermetic import clean_env
+from contracts.plugin import _profile_name
+from tests.hermetic import ROOT, clean_env
 
 
 @dataclass
@@ -22,12 +23,6 @@ class Result:
     returncode: int
     stdout: str
     stderr: str
-
-
-def _profile_name() -> str:
-    from contracts.plugin import _profile_name as name
-
-    return name()
 
 
 @contextmanager
@@ -46,13 +41,13 @@ def isolated(env=None, path=()):
     # not the current one: without the folders on it, a worker could not import the engine. (One list, shared by
     # the modules that imported it: changed in place.)
     xdist = sys.modules.get("xdist.plugin")
-    frozen = None if xdist is None else list(xdist._sys_path)
-    if xdist is not None:
+    frozen = list(xdist._sys_path) if xdist else None
+    if xdist:
         xdist._sys_path[:] = sys.path
     try:
         yield
     finally:
-        if xdist is not None:
+        if xdist:
             xdist._sys_path[:] = frozen
         os.environ.clear()
         os.environ.update(saved_env)
@@ -86,14 +81,8 @@ def pytest_run(*argv, env=None, path=()) -> Result:
     """`pytest ARGS` from the repository root (`pytest.main`)."""
     import pytest
 
-    from tests.hermetic import ROOT
-
     def call():
-        here = os.getcwd()
-        os.chdir(ROOT)
-        try:
+        with chdir(ROOT):
             return pytest.main(list(argv))
-        finally:
-            os.chdir(here)
 
     return _run(call, env, path)

@@ -6,7 +6,9 @@ abort a request and toggle overlap scheduling; after every rule the checked
 invariant families hold. A failure is shrunk and reported with its replayable
 step program (`state = DecodeLoop()`, the drawn engine spec and requests,
 `state.start(...)`, `state.add_requests(...)`, `state.step(n=2)`, ...) in the
-violation's observed value, plus Hypothesis' `@reproduce_failure` line.
+violation's observed value, plus Hypothesis' `@reproduce_failure` line. Before
+the search, a run replays one pinned program (more live requests than the
+largest graph batch, overlap on, ragged verify), so that edge is met every run.
 
 Families (a contract picks the ones it states):
   greedy       greedy rows emit exactly the target's plain greedy decoding, token for token
@@ -89,11 +91,14 @@ class DecodeLoopMachine(RuleBasedStateMachine):
     @initialize(data=st.data(), via=st.sampled_from(["local", "pd"]), n=st.integers(1, 3))
     def start(self, data, via, n):
         """A fresh engine with a first batch of requests (so every program starts with live work)."""
-        self.spec = data.draw(self.specs if self.specs is not None else DEFAULT_SPECS, label="spec")
-        self.h = self.engine.new_engine(self.spec)
-        self.overlap = self.spec.enable_overlap
-        self.overlap_steps = 0  # steps since overlap was last switched on (the relay's history)
+        self._new_engine(data.draw(self.specs if self.specs is not None else DEFAULT_SPECS, label="spec"))
         self._admit(data, via, n)
+
+    def _new_engine(self, spec):
+        self.spec = spec
+        self.h = self.engine.new_engine(spec)
+        self.overlap = spec.enable_overlap
+        self.overlap_steps = 0  # steps since overlap was last switched on (the relay's history)
 
     def _views(self) -> dict:
         return {v.rid: v for v in self.engine.request_views(self.h)}
@@ -113,7 +118,10 @@ class DecodeLoopMachine(RuleBasedStateMachine):
         else:
             reqs = [RequestSpec(self.next_rid + i, *data.draw(shapes, label=f"request {self.next_rid + i}"))
                     for i in range(n)]
-        self.next_rid += n
+        self._admit_requests(reqs, via)
+
+    def _admit_requests(self, reqs, via):
+        self.next_rid += len(reqs)
         self.engine.add_requests(self.h, reqs, via)
         views = self._views()
         self.live = sorted(rid for rid, v in views.items() if v.live)
@@ -263,9 +271,10 @@ _SEEDED: list = []  # (seed, runs) while `seeded` is active
 
 @contextmanager
 def seeded(seed: int):
-    """Run the decode-loop machine from a random `seed` instead of the derandomized profile's fixed one (nightly
-    depth for the machine contracts, which take no cases and so no --hypothesis-seed); yields the list of seeds the
-    machine actually ran with, empty when the contract run did not use the machine."""
+    """Run the decode-loop machine from a random `seed` instead of the derandomized profile's fixed one, and
+    without the pinned program first, so what it finds is the search's doing (nightly depth for the machine
+    contracts, which take no cases and so no --hypothesis-seed); yields the list of seeds the machine actually ran
+    with, empty when the contract run did not use the machine."""
     runs: list = []
     _SEEDED.append((seed, runs))
     try:
@@ -274,9 +283,40 @@ def seeded(seed: int):
         _SEEDED.pop()
 
 
+# A program every run of the default specs starts with, before the search: an edge a drawn program reaches only by
+# luck. More live requests than the largest captured graph batch (8), overlap on, ragged verify: the relay, the graph
+# padding and the pool all see rows past it; greedy and sampled rows, decoded to completion.
+PAST_THE_RING = next(s for s in MACHINE_SPECS if s.enable_overlap and s.verify_mode == "compact" and s.capture_bs)
+
+
+def _past_the_ring_requests(vocab_size: int) -> list:
+    return [RequestSpec(i, tuple(t % vocab_size for t in range(i, i + 1 + i % 2)), (0.0, 1.0)[i % 2], 8 + i % 4)
+            for i in range(MAX_LIVE - 1)]
+
+
+def run_pinned_program(machine) -> None:
+    """The machine's checks over the pinned program (a Mismatch names the program)."""
+    state, reqs = machine(), _past_the_ring_requests(PAST_THE_RING.vocab_size)
+    try:
+        state._new_engine(PAST_THE_RING)
+        state._admit_requests(reqs, "local")
+        state.requests_agree()
+        while state.live:
+            state._one_step()
+            state.requests_agree()
+    except Exception as e:
+        program = f"    pinned program: {PAST_THE_RING}, requests {reqs} added locally, steps until none is live"
+        if isinstance(e, Mismatch):
+            raise Mismatch(e.what, e.expected, f"{e.observed}\n{program}") from None
+        raise Mismatch("engine call in the pinned program", "no exception", f"{type(e).__name__}: {e}\n{program}") from e
+
+
 def run_decode_loop(engine, families=FAMILIES, *, specs=None, max_examples=25, steps=12) -> None:
     """Run the machine as a test; raises the first violated expectation (a Mismatch) after shrinking."""
     machine = machine_for(engine, families, specs)
+    if specs is None and not _SEEDED:  # a seeded (nightly) run measures what the search alone finds
+        with single_thread():
+            run_pinned_program(machine)
     limit = min(max_examples, settings.default.max_examples)
     # No explain phase: its coverage-traced replays cost more than the shrinking, and the step program says enough.
     phases = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink)

@@ -15,6 +15,13 @@ SEED_CASE = HandoffCase(prompt_lens=(11, 23), req_pool_indices=(3, 7), bonus_tok
                         enable_overlap=True, pool_size=16, gamma=5)
 
 
+def _decode_request(code: int, bonus: int, carries: bool) -> tuple:
+    """(prompt tokens 1..4096, tokens sampled 1..4 (1 unless requests carry earlier outputs), bonus id); the
+    lengths from one drawn integer, the bonus from another (as one digit of a shared code it was mostly 0)."""
+    prompt, outputs = divmod(code, 4)
+    return 1 + prompt, 1 + outputs if carries else 1, bonus
+
+
 @st.composite
 def handoff_cases(draw, *, overlap=None, min_bs=0, max_bs=MAX_BS) -> HandoffCase:
     """A decode-side handoff: bs 0..64 (0 = DP idle), distinct arbitrary pool rows, either family algorithm, and
@@ -27,8 +34,9 @@ def handoff_cases(draw, *, overlap=None, min_bs=0, max_bs=MAX_BS) -> HandoffCase
     rows_seed = draw(st.integers(0, 2**32 - 1), label="pool rows seed")
     floor = draw(st.sampled_from(sorted({min_bs, max(min_bs, max_bs // 2)})), label="bs floor")
     carries = draw(st.booleans(), label="requests carry earlier outputs")
-    request = st.tuples(st.integers(1, 4096), st.integers(1, 4) if carries else st.just(1), st.integers(0, MAX_TOKEN))
-    reqs = draw(st.lists(request, min_size=floor, max_size=max_bs), label="requests")
+    request = st.tuples(st.integers(0, 4 * 4096 - 1), st.integers(0, MAX_TOKEN))
+    reqs = [_decode_request(code, bonus, carries) for code, bonus in
+            draw(st.lists(request, min_size=floor, max_size=max_bs), label="requests")]
     prompts, outputs, bonus = (tuple(r[k] for r in reqs) for k in range(3))
     pool_size = max(len(reqs), 1) + draw(st.integers(0, 64), label="free pool rows")
     rows = tuple(random.Random(rows_seed).sample(range(pool_size), len(reqs)))

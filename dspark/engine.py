@@ -308,10 +308,19 @@ class DSparkEngine:
 
     def _noise(self):
         """Per request, from its (seed, rid, local step) stream: Gumbel noise [gamma, V] for the drafts,
-        acceptance coins [gamma], and resample weights 1/E [V] (the exponential race)."""
-        g, V = self.gamma, self.vocab_size
-        return self._split_noise(self._uniforms([st.rid for st in self.rows], [st.local_step + 1 for st in self.rows],
-                                                g * V + g + V))
+        acceptance coins [gamma], and resample weights 1/E [V] (the exponential race). Greedy rows read none of
+        it, so only sampled rows are drawn (zero noise and coins, unit weights elsewhere); a request's draws stay a
+        function of its own key."""
+        g, V, bs = self.gamma, self.vocab_size, len(self.rows)
+        sampled = [i for i, st in enumerate(self.rows) if not st.params.is_greedy]
+        drawn = self._split_noise(self._uniforms([self.rows[i].rid for i in sampled],
+                                                 [self.rows[i].local_step + 1 for i in sampled], g * V + g + V))
+        if len(sampled) == bs:
+            return drawn
+        noise = torch.zeros(bs, g, V, dtype=F64), torch.zeros(bs, g, dtype=F64), torch.ones(bs, V, dtype=F64)
+        for full, part in zip(noise, drawn):
+            full[sampled] = part
+        return noise
 
     def _split_noise(self, u: torch.Tensor):
         g, V = self.gamma, self.vocab_size

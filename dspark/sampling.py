@@ -12,18 +12,23 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
 
-def counter_uniforms(keys: Sequence[int], n: int) -> torch.Tensor:
-    """[len(keys), n] float64 uniforms in (0, 1): value j of row r is SplitMix64 of keys[r] + (j + 1) * golden.
-
-    A counter-based stream: every (key, j) is drawn independently of the others, so all rows come from one
-    vectorised pass instead of one seeded generator per row. numpy's uint64 arithmetic wraps modulo 2**64 by
-    definition (torch's int64 overflow is not specified); 52 bits + 1/2 keep both 0 and 1 out.
-    """
-    k = np.asarray(list(keys), dtype=np.uint64).reshape(-1, 1)
-    z = k + np.arange(1, n + 1, dtype=np.uint64) * _GOLDEN
+def _mix(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser: a bijection of uint64 that scatters neighbouring inputs."""
     z = (z ^ (z >> np.uint64(30))) * _MIX1
     z = (z ^ (z >> np.uint64(27))) * _MIX2
-    z = z ^ (z >> np.uint64(31))
+    return z ^ (z >> np.uint64(31))
+
+
+def counter_uniforms(keys: Sequence[int], n: int) -> torch.Tensor:
+    """[len(keys), n] float64 uniforms in (0, 1): value j of row r is SplitMix64 step j + 1 from the mixed key.
+
+    A counter-based stream, so all rows come from one vectorised pass instead of one seeded generator per row.
+    The key is mixed first: keys that differ by a multiple of the golden step (request_key's seed term is one)
+    would otherwise start streams that are shifts of each other. numpy's uint64 arithmetic wraps modulo 2**64 by
+    definition (torch's int64 overflow is not specified); 52 bits + 1/2 keep both 0 and 1 out.
+    """
+    base = _mix(np.asarray(list(keys), dtype=np.uint64).reshape(-1, 1) + _GOLDEN)
+    z = _mix(base + np.arange(1, n + 1, dtype=np.uint64) * _GOLDEN)
     return torch.from_numpy(((z >> np.uint64(12)).astype(np.float64) + 0.5) * 2.0 ** -52)
 
 

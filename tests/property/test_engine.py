@@ -172,6 +172,10 @@ def test_counter_uniforms_are_uniform_in_the_open_interval_and_keyed_by_row():
     # A row is a function of its key alone: the same key gives the same row whatever its companions.
     assert torch.equal(counter_uniforms([7, 3, 5], 64)[1], counter_uniforms([3], 64)[0])
     assert not torch.equal(counter_uniforms([3], 64), counter_uniforms([4], 64))
+    # Keys a golden step apart (request_key's seed term is one) must not give shifted copies of one stream.
+    golden = 0x9E3779B97F4A7C15
+    a, b = counter_uniforms([5], 64)[0], counter_uniforms([5 + golden], 64)[0]
+    assert not set(a.tolist()) & set(b.tolist())
     u = counter_uniforms(range(1000), 100).reshape(-1)  # 1e5 values over 16 bins: 6250 expected each
     counts = torch.bincount((u * 16).long(), minlength=16).double()
     assert float(((counts - 6250) ** 2 / 6250).sum()) < 50.0  # chi-square, 15 dof: p ~ 1e-5 at 50

@@ -33,20 +33,21 @@ def isolated(env=None, path=()):
     from hypothesis import settings
 
     saved_env, saved_path, profile, threads = dict(os.environ), list(sys.path), _profile_name(), torch.get_num_threads()
-    folders = [str(Path(p).resolve()) for p in path]
-    os.environ.clear()
-    os.environ.update(clean_env(**(env or {})))
-    sys.path[:0] = folders
+    fresh, folders = clean_env(**(env or {})), [str(Path(p).resolve()) for p in path]
     # pytest-xdist hands its local workers the sys.path it froze when it was imported (at this session's start),
     # not the current one: without the folders on it, a worker could not import the engine. (One list, shared by
     # the modules that imported it: changed in place.)
     xdist = sys.modules.get("xdist.plugin")
-    frozen = list(xdist._sys_path) if xdist else None
-    if xdist:
-        xdist._sys_path[:] = sys.path
+    frozen = list(xdist._sys_path) if xdist else list(saved_path)
     try:
+        os.environ.clear()
+        os.environ.update(fresh)
+        sys.path[:0] = folders
+        if xdist:
+            xdist._sys_path[:] = sys.path
         yield
     finally:
+        xdist = sys.modules.get("xdist.plugin")  # imported by the run itself, it froze the folders in
         if xdist:
             xdist._sys_path[:] = frozen
         os.environ.clear()
@@ -65,8 +66,10 @@ def _run(call, env, path) -> Result:
     with isolated(env, path), redirect_stdout(out), redirect_stderr(err):
         try:
             code = call()
-        except SystemExit as e:  # argparse's usage errors
-            code = e.code if isinstance(e.code, int) else 1
+        except SystemExit as e:  # argparse's usage errors; exit semantics as the interpreter's
+            code = 0 if e.code is None else e.code if isinstance(e.code, int) else 1
+            if not isinstance(e.code, (int, type(None))):
+                print(e.code, file=sys.stderr)
     return Result(int(code), out.getvalue(), err.getvalue())
 
 

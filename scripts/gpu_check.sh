@@ -44,15 +44,16 @@ if [ "$DRY" -eq 1 ]; then
   exit 0
 fi
 
-# No CUDA: one line, exit 3, before anything is written. One probe (torch takes seconds to import): the device
-# name on its first line (empty without CUDA), the torch version on its second.
+# No CUDA: one line, exit 3, before anything is written. One probe (torch takes seconds to import): the torch
+# version on its first line, the device name on its second (none without CUDA, or when CUDA cannot name it).
 probe=$("$PY" -c 'import torch
-print(torch.cuda.get_device_name() if torch.cuda.is_available() else "")
-print("torch", torch.__version__)' 2>/dev/null) || probe=$'\npython (no torch)'
-cuda=$(sed -n 1p <<<"$probe")
+print("torch", torch.__version__)
+print(torch.cuda.get_device_name() if torch.cuda.is_available() else "")' 2>/dev/null)
+have=$(sed -n 1p <<<"$probe")
+cuda=$(sed -n 2p <<<"$probe")
 if [ -z "$cuda" ]; then
-  echo "gpu_check: no CUDA device visible to $(sed -n 2p <<<"$probe"): nothing ran (the CPU checks are 'pytest -m cpu' and" \
-    "'dspark-contracts check --backend triton')" >&2
+  echo "gpu_check: no CUDA device visible to ${have:-python (no torch)}: nothing ran (the CPU checks are 'pytest -m cpu'" \
+    "and 'dspark-contracts check --backend triton')" >&2
   exit 3
 fi
 missing=$("$PY" -c '

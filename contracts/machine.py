@@ -271,10 +271,9 @@ _SEEDED: list = []  # (seed, runs) while `seeded` is active
 
 @contextmanager
 def seeded(seed: int):
-    """Run the decode-loop machine from a random `seed` instead of the derandomized profile's fixed one, and
-    without the pinned program first, so what it finds is the search's doing (nightly depth for the machine
-    contracts, which take no cases and so no --hypothesis-seed); yields the list of seeds the machine actually ran
-    with, empty when the contract run did not use the machine."""
+    """Run the decode-loop machine from a random `seed` instead of the derandomized profile's fixed one (nightly
+    depth for the machine contracts, which take no cases and so no --hypothesis-seed); yields the list of seeds the
+    machine actually ran with, empty when the contract run did not use the machine."""
     runs: list = []
     _SEEDED.append((seed, runs))
     try:
@@ -314,7 +313,7 @@ def run_pinned_program(machine) -> None:
 def run_decode_loop(engine, families=FAMILIES, *, specs=None, max_examples=25, steps=12) -> None:
     """Run the machine as a test; raises the first violated expectation (a Mismatch) after shrinking."""
     machine = machine_for(engine, families, specs)
-    if specs is None and not _SEEDED:  # a seeded (nightly) run measures what the search alone finds
+    if specs is None:
         with single_thread():
             run_pinned_program(machine)
     limit = min(max_examples, settings.default.max_examples)

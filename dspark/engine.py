@@ -380,6 +380,9 @@ class DSparkEngine:
     def _truncate(self, st: RequestState, emitted: list) -> bool:
         """Append what fits before EOS / max_new_tokens; True when the request is done."""
         room = st.params.max_new_tokens - len(st.output)
+        if st.params.eos_id is None and len(emitted) < room:  # the common case: all of it fits, and more is to come
+            st.output.extend(emitted)
+            return False
         take = emitted[:max(room, 0)]
         eos = st.params.eos_id
         if eos is not None and eos in take:
@@ -411,7 +414,8 @@ class DSparkEngine:
                 self.budget_confidence.record(rows, confidence, self.pool.req_generation[rows])
 
     def _leave(self, idx: List[int]) -> None:
-        keep = [i for i in range(len(self.rows)) if i not in set(idx)]
+        gone = set(idx)
+        keep = [i for i in range(len(self.rows)) if i not in gone]
         for i in idx:
             st = self.rows[i]
             self.free_rows.append(st.pool_row)

@@ -1,5 +1,6 @@
-"""The plugin and the check command, run as a user would: one in a subprocess, the rest through the same entry
-points in this process (`tests.inprocess`), which is what makes them cheap enough for the default suite."""
+"""The plugin and the check command through the entry points a user's command calls, in this process
+(`tests.inprocess`): a new interpreter per call cost 2 s. A fresh interpreter runs the check in CI's main job
+(the console script), the repro line and the xdist worker (test_report_json_html.py)."""
 
 import json
 import textwrap
@@ -7,13 +8,11 @@ import textwrap
 import pytest
 
 from tests import inprocess
-from tests.hermetic import run_python
 
 
 def test_check_prints_the_table_and_writes_json(tmp_path):
     out = tmp_path / "r.json"
-    p = run_python("-m", "contracts.cli", "check", "--contract", "HANDOFF-001", "--contract", "DPSYNC-001",
-            "--json", str(out), "--profile", "ci")
+    p = inprocess.check("--contract", "HANDOFF-001", "--contract", "DPSYNC-001", "--json", str(out), "--profile", "ci")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "HANDOFF-001  passed" in p.stdout and "DPSYNC-001   passed" in p.stdout
     data = json.loads(out.read_text())

@@ -162,6 +162,7 @@ def test_exactly_the_exact_law_contracts_need_float64():
     assert NEEDS_FLOAT64 == ["LOSSLESS-001", "LOSSLESS-002"]
 
 
+@pytest.mark.nightly  # the whole verify level again at full budget (about 3 s): nightly depth, not the default run
 @pytest.mark.parametrize("contract_id", VERIFY_LEVEL)
 def test_an_fp32_engine_is_held_to_every_law_its_arithmetic_allows(contract_id):
     contract, engine = CONTRACTS[contract_id], Float32Reference()

@@ -66,10 +66,11 @@ def _run(call, env, path) -> Result:
     with isolated(env, path), redirect_stdout(out), redirect_stderr(err):
         try:
             code = call()
-        except SystemExit as e:  # argparse's usage errors; exit semantics as the interpreter's
-            code = 0 if e.code is None else e.code if isinstance(e.code, int) else 1
-            if not isinstance(e.code, (int, type(None))):
-                print(e.code, file=sys.stderr)
+        except SystemExit as e:  # argparse's usage errors, with the exit code the interpreter would give
+            code = 0 if e.code is None else e.code
+            if not isinstance(code, int):  # a message: printed, exit 1
+                print(code, file=sys.stderr)
+                code = 1
     return Result(int(code), out.getvalue(), err.getvalue())
 
 

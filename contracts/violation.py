@@ -27,6 +27,13 @@ class ContractViolation(AssertionError):
         super().__init__("\n".join(lines))
 
 
+def is_engine_crash(what: str) -> bool:
+    """Whether a violation's field is a catch-all for an exception no check anticipated (the runner's "call", the
+    decode-loop machine's "engine call in ..."), not one of the contract's own checks (which may expect a call to
+    succeed, as HANDOFF-010 does)."""
+    return what == "call" or what.startswith("engine call")
+
+
 def find_violation(exc, *, chain: bool = True):
     """The ContractViolation behind an exception: itself, a member of an exception group (a Hypothesis FlakyFailure),
     and with `chain` its cause or context (a ledger xfail raised while handling one); None when there is none."""

@@ -67,9 +67,9 @@ def _seq_len_counts_bonus(prefix_lens, drafts, accept, **kw):
     return Finalized(fin.commit_len, fin.new_seq_lens + 1, fin.out_tokens)
 
 
-def _stash_without_publish(self, new_seq_lens, bonus):
+def _stash_without_publish(self, new_seq_lens, bonus, confidence):
     if not self.enable_overlap:
-        return _real_publish(self, new_seq_lens, bonus)
+        return _real_publish(self, new_seq_lens, bonus, confidence)
     di = self.batch.spec_info
     from dspark.overlap_utils import RelayPayload
 

@@ -71,11 +71,13 @@ class SGLangDraft:
         q = side.proposer.query_token_num
         r2t = pools.req_to_token_pool.req_to_token
         rows = batch.req_pool_indices.tolist()
-        per = lambda t, w: tuple(tuple(int(x) for x in row) for row in t.reshape(bs, w).tolist())  # noqa: E731
+        # Rows as wide as the forward made them: a forward of the wrong width is the contract's to report, not a
+        # reshape error here.
+        per = lambda t, w=-1: tuple(tuple(int(x) for x in row) for row in t.reshape(bs, w).tolist())  # noqa: E731
         loc = inject["swa_loc"].reshape(bs, T)
         return DraftObservation(
             query_width=q, mask_token_id=int(side.proposer._mask_token_id),
-            input_ids=per(fb.input_ids, q), positions=per(fb.positions, q), cache_locs=per(fb.out_cache_loc, q),
+            input_ids=per(fb.input_ids), positions=per(fb.positions), cache_locs=per(fb.out_cache_loc),
             row_slots=tuple(tuple(int(x) for x in r2t[r, n: n + T].tolist()) for r, n in zip(rows, case.prefix_lens)),
             draft_tokens=per(proposal.draft_block.draft_tokens, case.gamma),
             inject_written=tuple(tuple(bool(x >= 0) for x in row) for row in loc.tolist()),

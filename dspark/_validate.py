@@ -37,8 +37,11 @@ def same_length(**tensors: torch.Tensor) -> int:
 
 def in_range(name: str, t: torch.Tensor, low: int, high: int) -> None:
     """Check low <= t < high elementwise."""
-    if t.numel() and (int(t.min()) < low or int(t.max()) >= high):
-        raise ValueError(f"{name}: values must lie in [{low}, {high}), got [{int(t.min())}, {int(t.max())}]")
+    if not t.numel():
+        return
+    lo, hi = (int(x) for x in torch.aminmax(t))
+    if lo < low or hi >= high:
+        raise ValueError(f"{name}: values must lie in [{low}, {high}), got [{lo}, {hi}]")
 
 
 def unique(name: str, t: torch.Tensor) -> None:

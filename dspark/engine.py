@@ -28,6 +28,7 @@ from dspark.draft_input import DraftInput
 from dspark.dspark_draft import DraftBlockProposer
 from dspark.engine_types import PrefillHandoff, Request, RequestState, SamplingParams, StepLaws, StepRecord
 from dspark.graph_buckets import capture_num_tokens
+from dspark.mem_cache import DraftContextPool
 from dspark.overlap_utils import BudgetConfidence, FutureMap, RelayPayload
 from dspark.schedule_batch import Req, ReqToTokenPool, ScheduleBatch
 
@@ -112,6 +113,7 @@ class DSparkEngine:
         self.gamma, self.T = cfg.gamma, cfg.gamma + 1
         self.proposer = DraftBlockProposer(cfg.gamma, mask_token_id=cfg.mask_token_id, sample_from_anchor=cfg.sample_from_anchor)
         self.pool = ReqToTokenPool(cfg.pool_size, cfg.max_context_len)
+        self.draft_pool = DraftContextPool(cfg.pool_size, cfg.max_context_len)
         self.free_rows = list(range(cfg.pool_size))
         self.future_map = FutureMap(cfg.pool_size)  # no re-poisoning: a stale read returns the last value, as in SGLang
         self.enable_overlap = bool(cfg.enable_overlap)
@@ -201,6 +203,10 @@ class DSparkEngine:
                 raise ValueError(f"handoffs[{i}].kv_tokens: {len(h.kv_tokens)} tokens for committed_len {h.committed_len}")
             if not isinstance(h.kv_hiddens, torch.Tensor) or h.kv_hiddens.dim() < 1 or h.kv_hiddens.shape[0] != h.committed_len:
                 raise ValueError(f"handoffs[{i}].kv_hiddens: expected a tensor with {h.committed_len} rows")
+            self.draft_pool.check_load(f"handoffs[{i}].kv_hiddens", h.kv_hiddens)
+            if h.kv_hiddens.shape[1:] != handoffs[0].kv_hiddens.shape[1:]:
+                raise ValueError(f"handoffs[{i}].kv_hiddens: hidden shape {list(h.kv_hiddens.shape[1:])}, handoffs[0] "
+                                 f"has {list(handoffs[0].kv_hiddens.shape[1:])}")
 
     def _admit(self, handoffs: Sequence[PrefillHandoff], *, prebuilt: bool) -> None:
         self._check_requests([Request(h.rid, h.prompt, h.params) for h in handoffs])
@@ -211,11 +217,14 @@ class DSparkEngine:
         for h in handoffs:
             req = Req(rid=h.rid, origin_input_ids=list(h.prompt), output_ids=[h.first_token], req_pool_idx=-1,
                       kv_committed_len=h.committed_len)
-            st = RequestState(h.rid, list(h.prompt), h.params, req, list(h.kv_tokens), h.kv_hiddens.clone(), [h.first_token])
+            st = RequestState(h.rid, list(h.prompt), h.params, req, list(h.kv_tokens), None, [h.first_token])
             if self._truncate(st, []):  # max_new_tokens == 1 or an EOS first token: done at prefill
+                st.kept_draft_ctx = h.kv_hiddens.clone()
                 self.done[st.rid] = st
                 continue
             req.req_pool_idx = self._alloc_row()
+            self.draft_pool.load(req.req_pool_idx, h.kv_hiddens)
+            st.draft_pool = self.draft_pool
             states.append(st)
         if not states:
             return
@@ -313,6 +322,8 @@ class DSparkEngine:
         function of its own key."""
         g, V, bs = self.gamma, self.vocab_size, len(self.rows)
         sampled = [i for i, st in enumerate(self.rows) if not st.params.is_greedy]
+        if not sampled:
+            return torch.zeros(bs, g, V, dtype=F64), torch.zeros(bs, g, dtype=F64), torch.ones(bs, V, dtype=F64)
         drawn = self._split_noise(self._uniforms([self.rows[i].rid for i in sampled],
                                                  [self.rows[i].local_step + 1 for i in sampled], g * V + g + V))
         if len(sampled) == bs:
@@ -360,22 +371,24 @@ class DSparkEngine:
         tiers = capture_num_tokens(self.config.capture_bs, self.T) if self.config.capture_bs else None
         graph_tokens = planner.compact_graph_tier(lens, tiers)
         layout = planner.RaggedVerifyLayout.from_lens(lens, self.T, pad_to=graph_tokens)
-        ids, real = layout.pack(cand), layout.valid
-        before = torch.cat([prev2[:, None], cand[:, :-1]], dim=1).reshape(-1)[layout.window_index().clamp(min=0)]
-        logits, hidden = self.target.logits_and_hidden(before[real], ids[real])
-        pad = lambda rows: torch.cat([rows, rows.new_zeros((int((~real).sum()),) + rows.shape[1:])])  # noqa: E731
-        return layout.scatter(pad(logits), 0.0), layout.scatter(pad(hidden), 0.0), total, graph_tokens
+        # Only the real packed rows are computed: the graph's pad rows would hold nothing anyone reads.
+        before = torch.cat([prev2[:, None], cand[:, :-1]], dim=1)
+        real = layout.window
+        logits, hidden = self.target.logits_and_hidden(before.reshape(-1)[real], cand.reshape(-1)[real])
+        return layout.scatter(logits, 0.0), layout.scatter(hidden, 0.0), total, graph_tokens
 
     def _accept(self, cand, logits, proposal, lens, temps, coins, resample):
         """The accept result, and the target and draft laws it read (None for an all-greedy batch)."""
         params = [st.params for st in self.rows]
-        greedy = torch.tensor([p.is_greedy for p in params])
         backend = self.config.verify_backend
-        if bool(greedy.all()):
-            return verify.greedy_accept(cand, logits, lens, backend=backend), None, None
+        # The engine built every input itself: the ops check shapes and dtypes, not values (check=False, as SGLang's
+        # decode path runs them without a device sync).
+        if all(p.is_greedy for p in params):
+            return verify.greedy_accept(cand, logits, lens, backend=backend, check=False), None, None
         p = self._target_probs(logits, temps, params)
         q = self._target_probs(proposal.step_logits, temps, [SamplingParams()] * len(params))
-        return verify.mixed_accept(cand, logits, p, q, coins, resample, greedy, lens, backend=backend), p, q
+        greedy = temps == 0  # temps holds 0 exactly for the greedy rows
+        return verify.mixed_accept(cand, logits, p, q, coins, resample, greedy, lens, backend=backend, check=False), p, q
 
     def _truncate(self, st: RequestState, emitted: list) -> bool:
         """Append what fits before EOS / max_new_tokens; True when the request is done."""
@@ -395,9 +408,8 @@ class DSparkEngine:
             st.finish_reason = "length"
         return st.finish_reason is not None
 
-    def _commit(self, i: int, st: RequestState, anchor: int, drafts: list, correct: int, hidden: torch.Tensor) -> None:
+    def _commit(self, st: RequestState, anchor: int, drafts: list, correct: int) -> None:
         st.cache_tokens.extend([anchor] + drafts[:correct])
-        st.draft_ctx = torch.cat([st.draft_ctx, hidden[: correct + 1]])
         st.req.kv_committed_len = len(st.cache_tokens)
 
     def _publish(self, new_seq_lens: torch.Tensor, bonus: torch.Tensor, confidence: torch.Tensor) -> None:
@@ -418,6 +430,7 @@ class DSparkEngine:
         keep = [i for i in range(len(self.rows)) if i not in gone]
         for i in idx:
             st = self.rows[i]
+            st.kept_draft_ctx, st.draft_pool = st.draft_ctx.clone(), None  # the row goes to the next request
             self.free_rows.append(st.pool_row)
             self.done[st.rid] = st
         b = self.batch
@@ -441,13 +454,13 @@ class DSparkEngine:
         rows = self.rows
         temps = torch.tensor([0.0 if st.params.is_greedy else float(st.params.temperature) for st in rows], dtype=F64)
         gumbel, coins, resample = self._noise()
-        proposal = self.proposer.propose(self.drafter, [st.cache_tokens for st in rows], [st.draft_ctx for st in rows],
-                                         anchors, temps, gumbel)
+        proposal = self.proposer.propose(self.drafter, [st.cache_tokens for st in rows],
+                                         self.draft_pool.batch(self.batch.req_pool_indices), anchors, temps, gumbel)
         lens, budget, planned, budget_conf = self.plan_verify_lens(proposal)
         cand = torch.cat([anchors[:, None], proposal.draft_tokens], dim=1)
         logits, hidden, target_tokens, graph_tokens = self._verify_forward(cand, lens)
         acc, p, q = self._accept(cand, logits, proposal, lens, temps, coins, resample)
-        fin = verify.finalize(seq_lens, proposal.draft_tokens, acc, backend=self.config.verify_backend)
+        fin = verify.finalize(seq_lens, proposal.draft_tokens, acc, backend=self.config.verify_backend, check=False)
         # What each sampled row's accept read, and what its drafts were drawn with (observability for contracts).
         self._last_sampled = None if p is None else (
             [(i, st, len(st.cache_tokens)) for i, st in enumerate(rows) if not st.params.is_greedy],
@@ -457,8 +470,9 @@ class DSparkEngine:
         # One host copy per tensor, not one per row and field.
         commit_lens, correct_lens, out_tokens = fin.commit_len.tolist(), acc.correct_len.tolist(), fin.out_tokens.tolist()
         anchor_ids, drafts = anchors.tolist(), proposal.draft_tokens.tolist()
+        self.draft_pool.append(self.batch.req_pool_indices, hidden, fin.commit_len)
         for i, st in enumerate(rows):
-            self._commit(i, st, anchor_ids[i], drafts[i], correct_lens[i], hidden[i])
+            self._commit(st, anchor_ids[i], drafts[i], correct_lens[i])
             out = out_tokens[i][: commit_lens[i]]
             st.local_step += 1
             if self._truncate(st, out):

@@ -12,6 +12,7 @@ from typing import Optional
 
 import torch
 
+from dspark.mem_cache import DraftContextPool
 from dspark.schedule_batch import Req
 
 
@@ -42,14 +43,20 @@ class RequestState:
     params: SamplingParams
     req: Req
     cache_tokens: list  # target KV: the committed sequence, pending anchor excluded
-    draft_ctx: torch.Tensor  # draft context KV: one projected target hidden per committed position
+    kept_draft_ctx: Optional[torch.Tensor]  # the draft context while out of the engine's pool (done, or never admitted)
     output: list = field(default_factory=list)  # emitted tokens (the first sampled token included)
     local_step: int = 0  # decode steps this request has taken
     finish_reason: Optional[str] = None  # "eos" | "length" | "abort"
+    draft_pool: Optional[DraftContextPool] = None  # while live: the pool whose row `pool_row` holds the draft context
 
     @property
     def pool_row(self) -> int:
         return self.req.req_pool_idx
+
+    @property
+    def draft_ctx(self) -> torch.Tensor:
+        """Draft context KV: one projected target hidden per committed position."""
+        return self.kept_draft_ctx if self.draft_pool is None else self.draft_pool.context(self.pool_row)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ owned), then takes whole new pages.
 
 from __future__ import annotations
 
-from typing import List, Sequence
+from collections.abc import Sequence
+from typing import List
 
 import torch
 
@@ -65,3 +66,73 @@ def extend_rows(req_to_token: torch.Tensor, rows: Sequence[int], cur: Sequence[i
         if n > c:
             req_to_token[r, c:n] = _row_growth(req_to_token[r], c, n, page, pages)
     return drawn
+
+
+class DraftContextPool:
+    """The draft model's context KV: one projected target hidden per committed position, by request row.
+
+    SGLang keeps the draft KV in a slot pool addressed through `req_to_token`; one dense row per request is that
+    addressing with the page as wide as the row. It keeps its own lengths, so "one draft row per committed position"
+    stays a fact to check, not a definition. A step's commit is one batched write, not a concatenation per request.
+    The storage is allocated at the first load, in that load's dtype and hidden shape.
+    """
+
+    def __init__(self, size: int, max_context_len: int):
+        self.size = _validate.positive_int("size", size)
+        self.width = _validate.positive_int("max_context_len", max_context_len)
+        self.lens = torch.zeros(size, dtype=torch.int64)
+        self.hiddens = None  # [size, width, *hidden_shape]
+
+    def check_load(self, name: str, hiddens: torch.Tensor) -> None:
+        """Raise naming `name` if `hiddens` cannot be loaded into a row (too long, or not this pool's shape)."""
+        if hiddens.shape[0] > self.width:
+            raise ValueError(f"{name}: {hiddens.shape[0]} rows exceed the draft context width {self.width}")
+        if self.hiddens is not None and tuple(hiddens.shape[1:]) != tuple(self.hiddens.shape[2:]):
+            raise ValueError(f"{name}: hidden shape {list(hiddens.shape[1:])}, the pool holds {list(self.hiddens.shape[2:])}")
+
+    def load(self, row: int, hiddens: torch.Tensor) -> None:
+        self.check_load("hiddens", hiddens)
+        if self.hiddens is None:
+            self.hiddens = hiddens.new_zeros((self.size, self.width) + tuple(hiddens.shape[1:]))
+        n = hiddens.shape[0]
+        self.hiddens[row, :n] = hiddens
+        self.lens[row] = n
+
+    def append(self, rows: torch.Tensor, hidden: torch.Tensor, counts: torch.Tensor) -> None:
+        """Row rows[i] gains hidden[i, :counts[i]] ([bs, T, ...]) after its current end, in one write."""
+        T = hidden.shape[1]
+        start, counts = self.lens[rows], counts.to(torch.int64)
+        if rows.numel() and int((start + counts).max()) > self.width:
+            raise ValueError(f"counts: a row would pass the draft context width {self.width}")
+        keep = torch.arange(T)[None, :] < counts[:, None]
+        slots = (rows * self.width + start)[:, None] + torch.arange(T)  # flat slot of each verify column
+        self.hiddens.view((-1,) + tuple(self.hiddens.shape[2:]))[slots[keep]] = hidden[keep].to(self.hiddens.dtype)
+        self.lens[rows] = start + counts
+
+    def context(self, row: int) -> torch.Tensor:
+        """The row's context [len, ...] (a view: valid until the row is written again or handed on)."""
+        return self.hiddens[row, : int(self.lens[row])]
+
+    def batch(self, rows: torch.Tensor) -> "DraftContextBatch":
+        return DraftContextBatch(self, rows)
+
+
+class DraftContextBatch(Sequence):
+    """A batch's draft contexts as the drafter reads them: item i is request i's context, and `last_rows()` gives
+    every request's latest row in one gather (zeros for an empty context)."""
+
+    def __init__(self, pool: DraftContextPool, rows: torch.Tensor):
+        self.pool, self.rows = pool, rows
+
+    def __len__(self) -> int:
+        return int(self.rows.shape[0])
+
+    def __getitem__(self, i):
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        return self.pool.context(int(self.rows[i]))
+
+    def last_rows(self) -> torch.Tensor:
+        lens = self.pool.lens[self.rows]
+        last = self.pool.hiddens[self.rows, (lens - 1).clamp(min=0)]
+        return torch.where((lens > 0).reshape((-1,) + (1,) * (last.dim() - 1)), last, 0.0)

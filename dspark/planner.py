@@ -166,18 +166,14 @@ def compute_verify_token_budget(lagged_survival: torch.Tensor, table=None, *, ep
 def select_cells(surv: torch.Tensor, budget: int, *, eps: float = SURVIVAL_EPS) -> torch.Tensor:
     """The top `budget` cells by (value desc, position asc, request asc); cells below eps are never picked. [bs, gamma] bool."""
     bs, gamma = surv.shape
-    flat = surv.reshape(-1).to(torch.float64)
-    req = torch.arange(bs).repeat_interleave(gamma)
-    pos = torch.arange(gamma).repeat(bs)
-    # Stable sorts from the least to the most significant key.
-    order = torch.argsort(req, stable=True)
-    order = order[torch.argsort(pos[order], stable=True)]
-    order = order[torch.argsort(flat[order], descending=True, stable=True)]
-    valid = flat[order] >= eps
-    chosen = order[valid][: max(int(budget), 0)]
-    picked = torch.zeros(bs * gamma, dtype=torch.bool)
+    # Cells laid out position-major (position asc, then request asc), so one stable descending sort by value
+    # gives the whole (value desc, position asc, request asc) order.
+    flat = surv.to(torch.float64).t().reshape(-1)
+    order = torch.argsort(flat, descending=True, stable=True)
+    chosen = order[flat[order] >= eps][: max(int(budget), 0)]
+    picked = torch.zeros(gamma * bs, dtype=torch.bool)
     picked[chosen] = True
-    return picked.reshape(bs, gamma)
+    return picked.reshape(gamma, bs).t()
 
 
 def schedule_verify_lens(surv: torch.Tensor, budget: int, *, min_verify_len: int = 1, max_verify_len: Optional[int] = None,
@@ -204,51 +200,57 @@ class RaggedVerifyLayout:
 
     verify_lens: torch.Tensor  # int64 [bs]
     width: int  # T = gamma + 1, the strided row width
-    qo_indptr: torch.Tensor  # int32 [bs + 1]
-    req_id: torch.Tensor  # int64 [rows]; bs on padding
-    within: torch.Tensor  # int64 [rows]; 0 on padding
-    valid: torch.Tensor  # bool [rows]
+    total: int  # sum(verify_lens): the real rows, ahead of the padding
+    window: torch.Tensor  # int64 [total]: the strided row `req * T + within` of each real packed row
+    rows: int  # packed rows, padding included
 
     @classmethod
     def from_lens(cls, verify_lens: torch.Tensor, width: int, pad_to: Optional[int] = None) -> "RaggedVerifyLayout":
         lens = _validate.int_tensor("verify_lens", verify_lens).to(torch.int64)
         _validate.positive_int("width", width)
-        bs = lens.shape[0]
         _validate.in_range("verify_lens", lens, 1, width + 1)
-        total = int(lens.sum())
+        # The strided cells a row verifies, in row-major order: exactly the packed order.
+        window = (torch.arange(width)[None, :] < lens[:, None]).reshape(-1).nonzero().flatten()
+        total = int(window.shape[0])
         rows = total if pad_to is None else pad_to
         if rows < total:
             raise ValueError(f"pad_to: {pad_to} is below the total verify tokens {total}")
-        indptr = build_qo_indptr(lens)
-        k = torch.arange(rows)
-        req = torch.searchsorted(indptr[1:].to(torch.int64), k, right=True)
-        valid = k < total
-        req = torch.where(valid, req, bs)
-        start = indptr[:-1].to(torch.int64)[req.clamp(max=bs - 1)] if bs else torch.zeros_like(k)
-        within = torch.where(valid, k - start, 0)
-        return cls(lens, width, indptr, req, within, valid)
+        return cls(lens, width, total, window, rows)
 
     @property
-    def total(self) -> int:
-        return int(self.qo_indptr[-1])
+    def qo_indptr(self) -> torch.Tensor:  # int32 [bs + 1]
+        return build_qo_indptr(self.verify_lens)
+
+    @property
+    def valid(self) -> torch.Tensor:  # bool [rows]
+        return torch.arange(self.rows) < self.total
+
+    def _padded(self, real: torch.Tensor, pad: int) -> torch.Tensor:
+        return torch.cat([real, real.new_full((self.rows - self.total,), pad)])
+
+    @property
+    def req_id(self) -> torch.Tensor:  # int64 [rows]; bs on padding
+        return self._padded(self.window // self.width, self.verify_lens.shape[0])
+
+    @property
+    def within(self) -> torch.Tensor:  # int64 [rows]; 0 on padding
+        return self._padded(self.window % self.width, 0)
 
     def window_index(self) -> torch.Tensor:
         """Strided row `req * T + within` of each packed row; -1 on padding."""
-        return torch.where(self.valid, self.req_id * self.width + self.within, -1)
+        return self._padded(self.window, -1)
 
     def pack(self, candidates: torch.Tensor) -> torch.Tensor:
         """Packed token ids from strided `candidates [bs, T]`; padding gets id 0."""
-        flat = torch.cat([candidates.reshape(-1), candidates.new_zeros(1)])  # the last entry serves padding
-        idx = torch.where(self.valid, self.window_index(), flat.numel() - 1)
-        return flat[idx]
+        return self._padded(candidates.reshape(-1)[self.window], 0)
 
     def scatter(self, rows: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
-        """Packed rows [n, ...] back to strided [bs, T, ...]; unverified cells hold `fill`."""
-        bs = self.verify_lens.shape[0]
-        out = rows.new_full((bs * self.width,) + tuple(rows.shape[1:]), fill)
-        real = self.valid.nonzero().flatten()
-        out[self.window_index()[real]] = rows[real]
-        return out.reshape((bs, self.width) + tuple(rows.shape[1:]))
+        """Packed rows [n >= total, ...] back to strided [bs, T, ...]; unverified cells hold `fill`; rows past the total
+        (padding) are not read."""
+        bs, tail = self.verify_lens.shape[0], tuple(rows.shape[1:])
+        out = rows.new_full((bs * self.width,) + tail, fill)
+        out[self.window] = rows[: self.total]
+        return out.reshape((bs, self.width) + tail)
 
 
 def pad_verify_lens_to_bucket(verify_lens: torch.Tensor, graph_num_tokens: int, padded_bs: int,

@@ -38,6 +38,15 @@ def _pair_hash(prev2: torch.Tensor, prev1: torch.Tensor, buckets: int) -> torch.
     return ((prev2 + 1) * 1_000_003 + prev1 * 7919 + 17) % buckets
 
 
+def last_hiddens(ctx_hiddens, hidden_size: int) -> torch.Tensor:
+    """[bs, D]: each request's latest context row, zeros for an empty context. The engine's batched context
+    (`DraftContextBatch`) answers in one gather; a plain list of tensors is read row by row."""
+    if hasattr(ctx_hiddens, "last_rows"):
+        return ctx_hiddens.last_rows()
+    rows = [h[-1] if h.shape[0] else torch.zeros(hidden_size, dtype=F64) for h in ctx_hiddens]
+    return torch.stack(rows) if rows else torch.zeros(0, hidden_size, dtype=F64)
+
+
 def draw_tokens(logits: torch.Tensor, temperatures: torch.Tensor, gumbel: torch.Tensor) -> torch.Tensor:
     """Gumbel-max per row: `argmax(logits / T + gumbel)`; argmax where `T == 0` (ties: lowest id)."""
     t = temperatures.to(F64)[:, None]
@@ -123,9 +132,7 @@ class ToyDrafter:
 
     def block_hidden(self, ctx_hiddens: Sequence[torch.Tensor], anchors: torch.Tensor, query_token_num: int) -> torch.Tensor:
         """Hidden rows [bs, Q, D] of the non-causal block `[anchor, MASK x (Q-1)]`."""
-        D = self.hidden_size
-        ctx = torch.stack([h[-1] if h.shape[0] else torch.zeros(D, dtype=F64) for h in ctx_hiddens]) if len(ctx_hiddens) \
-            else torch.zeros(0, D, dtype=F64)
+        ctx = last_hiddens(ctx_hiddens, self.hidden_size)
         block = (ctx @ self.Wctx + self.Wtok[anchors])[:, None, :]  # every row sees the anchor (bidirectional)
         is_mask = (torch.arange(query_token_num) > 0)[None, :, None]
         block = block + self.Wpos[:query_token_num][None] + self.Wtok[self.mask_token_id] * is_mask

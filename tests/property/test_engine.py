@@ -5,6 +5,7 @@ import torch
 
 from contracts.machine import single_thread
 from dspark.engine import VERIFY_MODES, DSparkConfig, DSparkEngine, Request, SamplingParams
+from dspark.mem_cache import DraftContextPool
 from dspark.toy_models import DRAFTERS, ToyTarget, make_drafter, target_greedy_decode
 
 
@@ -146,6 +147,31 @@ def test_cache_is_recompute_from_scratch():
         assert st.cache_tokens == committed
         _, hidden = TARGET.forward([], committed)
         assert torch.allclose(st.draft_ctx, hidden)
+
+
+def test_a_finished_request_keeps_its_draft_context_when_its_row_is_reused():
+    eng = _engine(gamma=3, pool_size=1)
+    eng.generate(_requests(1, max_new=7))
+    eng.generate([Request(1, (4, 5, 6), SamplingParams(max_new_tokens=5))])  # takes the same pool row
+    for rid in (0, 1):
+        st = eng.state_of(rid)
+        assert torch.equal(st.draft_ctx, TARGET.forward([], st.cache_tokens)[1])
+
+
+def test_draft_context_pool_writes_the_committed_columns_only():
+    pool = DraftContextPool(3, 6)
+    pool.load(1, torch.ones(2, 2, dtype=torch.float64))
+    pool.load(2, torch.zeros(0, 2, dtype=torch.float64))
+    hidden = torch.arange(12, dtype=torch.float64).reshape(2, 3, 2)
+    pool.append(torch.tensor([2, 1]), hidden, torch.tensor([1, 3]))
+    assert pool.context(2).tolist() == [[0.0, 1.0]]
+    assert pool.context(1).tolist() == [[1.0, 1.0], [1.0, 1.0], [6.0, 7.0], [8.0, 9.0], [10.0, 11.0]]
+    assert pool.batch(torch.tensor([0, 1])).last_rows().tolist() == [[0.0, 0.0], [10.0, 11.0]]  # row 0: empty
+    with pytest.raises(ValueError, match="counts"):  # row 1 holds 5 of 6
+        pool.append(torch.tensor([2, 1]), hidden, torch.tensor([1, 2]))
+    assert pool.lens.tolist() == [0, 5, 1]  # nothing written
+    with pytest.raises(ValueError, match="hiddens: hidden shape"):
+        pool.load(0, torch.zeros(1, 3, dtype=torch.float64))
 
 
 def test_sample_from_anchor_off_drafts_gamma_tokens():

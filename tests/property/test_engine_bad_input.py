@@ -144,6 +144,7 @@ def test_engine_does_not_change_the_callers_config():
     (dict(first_token=V), "first_token"),
     (dict(first_token=-1), "first_token"),
     (dict(kv_hiddens=None), "kv_hiddens"),
+    (dict(kv_hiddens=torch.zeros(2, 3, dtype=torch.float64)), "kv_hiddens: hidden shape"),
     (dict(committed_len=-1), "committed_len"),
 ])
 def test_bad_handoff_names_the_field_and_admits_nothing(change, field):

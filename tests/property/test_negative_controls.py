@@ -14,8 +14,10 @@ from contracts import machine
 from contracts.adapters.reference import ReferenceAdapter
 from contracts.registry import all_contracts
 from contracts.runner import violation_of
+from contracts.violation import ContractViolation
+from dspark.engine import DSparkEngine
 from tests.caught import assert_caught
-from tests.property.mutants import all_mutants
+from tests.property.mutants import Mutant, all_mutants
 
 CONTRACTS = all_contracts()
 MUTANTS = all_mutants()
@@ -39,6 +41,22 @@ def _violation(mutant, contract, engine, **settings):
 def _check_caught(violation, contract, engine):
     assert "expected" in str(violation)
     assert_caught(violation, contract, engine)  # outside mutant.active(): the counterexample passes on the intact engine
+
+
+def test_a_mutant_that_only_breaks_itself_is_not_a_control():
+    """Today's stale mutant: `_publish` gained an argument, the patch did not, and the TypeError it raised in the
+    pinned program read as a catch. Leaving the patch fails, and a catch-all field is refused as a catch."""
+    def stale_publish(self, new_seq_lens, bonus):
+        raise AssertionError("never reached: the engine passes three arguments")
+
+    stale = Mutant("stale-publish", ("LOOP-002",), lambda mp: mp.setattr(DSparkEngine, "_publish", stale_publish))
+    contract, engine = CONTRACTS["LOOP-002"], ReferenceAdapter()
+    with pytest.raises(AssertionError, match="the patch itself raised TypeError"):
+        _violation(stale, contract, engine)
+    crash = ContractViolation("LOOP-002", engine.name, "statement", "engine call in the pinned program", "no exception",
+                              "TypeError: ...", repro=f"--engine {engine.name}")
+    with pytest.raises(AssertionError, match="caught by an engine exception"):
+        assert_caught(crash, contract, engine)
 
 
 @pytest.mark.parametrize("mutant, contract_id", CASES)

@@ -12,7 +12,7 @@ import torch
 from contracts.registry import all_contracts
 from contracts.runner import run_contract
 from contracts.violation import ContractViolation
-from tests.caught import assert_caught
+from tests.caught import assert_caught, guarded_patches
 
 
 def _dispatch_falls_through(mp):
@@ -246,7 +246,7 @@ BUGS = [
                          [pytest.param(p, cid, id=f"{cid}-{name}") for name, p, ids in BUGS for cid in ids])
 def test_reinserted_bug_is_caught(sglang_engine, patch, contract_id):
     contract = all_contracts()[contract_id]
-    with pytest.MonkeyPatch.context() as mp:
+    with guarded_patches() as mp:
         patch(mp)
         with pytest.raises(ContractViolation) as caught:
             run_contract(contract, sglang_engine, profile="ci")  # as `dspark-contracts check` runs it

@@ -12,7 +12,7 @@ import torch
 
 from contracts.registry import all_contracts
 from contracts.runner import run_contract, violation_of
-from tests.caught import assert_caught
+from tests.caught import assert_caught, guarded_patches
 from tests.vllm.conftest import correct_dp_padding, correct_expand
 
 
@@ -134,7 +134,7 @@ BUGS = BUGS + DP_BUGS
                          [pytest.param(p, cid, id=f"{cid}-{name}") for name, p, ids in BUGS for cid in ids])
 def test_reinserted_bug_is_caught(vllm_engine, patch, contract_id):
     contract = all_contracts()[contract_id]
-    with pytest.MonkeyPatch.context() as mp:
+    with guarded_patches() as mp:
         patch(mp)
         violation = violation_of(contract, vllm_engine)
     with pytest.MonkeyPatch.context() as mp:  # the intact engine (its ledger findings corrected) passes again

@@ -16,6 +16,8 @@ from typing import Callable, Tuple
 
 import pytest
 
+from tests.caught import guarded_patches
+
 
 @dataclass(frozen=True)
 class Mutant:
@@ -25,7 +27,8 @@ class Mutant:
 
     @contextmanager
     def active(self):
-        with pytest.MonkeyPatch.context() as mp:
+        """The bug in place; leaving fails if the patch raised from its own code (tests.caught.guarded_patches)."""
+        with guarded_patches() as mp:
             self.patch(mp)
             yield
 

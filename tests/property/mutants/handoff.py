@@ -56,10 +56,10 @@ def _publish_even_without_overlap(batch, last_tokens_tensor, future_map):
     return spec_info
 
 
-def _idle_publish_pads_row0(self, indices, new_seq_lens, confidence=None):
+def _idle_publish_pads_row0(self, indices, new_seq_lens, confidence=None, generation=None):
     if indices.numel() == 0:  # an idle rank "pads" onto the CUDA-graph padding row
         indices, new_seq_lens = torch.zeros(1, dtype=torch.int64), torch.zeros(1, dtype=torch.int64)
-    return _real_publish(self, indices, new_seq_lens, confidence)
+    return _real_publish(self, indices, new_seq_lens, confidence, generation)
 
 
 MUTANTS = [

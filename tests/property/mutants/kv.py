@@ -9,6 +9,7 @@ from . import Mutant
 
 _real_prepare = DraftInput.prepare_for_decode
 _real_growth = mem_cache._row_growth
+_real_extend = mem_cache.extend_rows  # kept at import: the KV adapter rebinds the module's name while it records
 
 
 def _single_window(self, batch):
@@ -33,14 +34,12 @@ def _shared_slots(row, cur, nxt, page, pages):
 
 
 def _spill_into_next_row(req_to_token, rows, cur, nxt, allocator):
-    drawn = mem_cache.extend_rows.__wrapped__(req_to_token, rows, cur, nxt, allocator)
+    drawn = _real_extend(req_to_token, rows, cur, nxt, allocator)
     for r, n in zip(rows, nxt):  # the last slot also lands in the next row, at its first column
         if n and r + 1 < req_to_token.shape[0]:
             req_to_token[r + 1, 0] = req_to_token[r, n - 1]
     return drawn
 
-
-_spill_into_next_row.__wrapped__ = mem_cache.extend_rows  # noqa: the real one, kept before patching
 
 MUTANTS = [
     Mutant("decode-reserve-one-window", ("KV-001",), lambda mp: mp.setattr(DraftInput, "prepare_for_decode", _single_window)),

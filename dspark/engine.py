@@ -113,7 +113,7 @@ class DSparkEngine:
         self.gamma, self.T = cfg.gamma, cfg.gamma + 1
         self.proposer = DraftBlockProposer(cfg.gamma, mask_token_id=cfg.mask_token_id, sample_from_anchor=cfg.sample_from_anchor)
         self.pool = ReqToTokenPool(cfg.pool_size, cfg.max_context_len)
-        self.draft_pool = DraftContextPool(cfg.pool_size, cfg.max_context_len)
+        self.draft_pool = DraftContextPool(cfg.pool_size, cfg.max_context_len, target.hidden_size)
         self.free_rows = list(range(cfg.pool_size))
         self.future_map = FutureMap(cfg.pool_size)  # no re-poisoning: a stale read returns the last value, as in SGLang
         self.enable_overlap = bool(cfg.enable_overlap)
@@ -187,11 +187,6 @@ class DSparkEngine:
         return [PrefillHandoff(r.rid, tuple(r.prompt), r.params, len(r.prompt), first[r.rid], tuple(r.prompt), hiddens[r.rid])
                 for r in requests]
 
-    def _alloc_row(self) -> int:
-        if not self.free_rows:
-            raise RuntimeError(f"pool_size: no free request slot (all {self.config.pool_size} in use)")
-        return self.pool.take_row(self.free_rows.pop(0))
-
     def _check_handoffs(self, handoffs: Sequence[PrefillHandoff]) -> None:
         """Every handoff is checked before any state changes, so a bad one admits nothing."""
         for i, h in enumerate(handoffs):
@@ -199,35 +194,38 @@ class DSparkEngine:
                 raise ValueError(f"handoffs[{i}].first_token: expected a token id in [0, {self.vocab_size}), got {h.first_token!r}")
             if isinstance(h.committed_len, bool) or not isinstance(h.committed_len, int) or h.committed_len < 0:
                 raise ValueError(f"handoffs[{i}].committed_len: expected a non-negative int, got {h.committed_len!r}")
+            if h.committed_len != len(h.prompt):  # the KV covers the prompt; the first token is the pending anchor
+                raise ValueError(f"handoffs[{i}].committed_len: {h.committed_len}, but the prompt holds {len(h.prompt)} tokens")
             if len(h.kv_tokens) != h.committed_len:
                 raise ValueError(f"handoffs[{i}].kv_tokens: {len(h.kv_tokens)} tokens for committed_len {h.committed_len}")
             if not isinstance(h.kv_hiddens, torch.Tensor) or h.kv_hiddens.dim() < 1 or h.kv_hiddens.shape[0] != h.committed_len:
                 raise ValueError(f"handoffs[{i}].kv_hiddens: expected a tensor with {h.committed_len} rows")
             self.draft_pool.check_load(f"handoffs[{i}].kv_hiddens", h.kv_hiddens)
-            if h.kv_hiddens.shape[1:] != handoffs[0].kv_hiddens.shape[1:]:
-                raise ValueError(f"handoffs[{i}].kv_hiddens: hidden shape {list(h.kv_hiddens.shape[1:])}, handoffs[0] "
-                                 f"has {list(handoffs[0].kv_hiddens.shape[1:])}")
 
     def _admit(self, handoffs: Sequence[PrefillHandoff], *, prebuilt: bool) -> None:
         self._check_requests([Request(h.rid, h.prompt, h.params) for h in handoffs])
         self._check_handoffs(handoffs)
         if len(handoffs) > len(self.free_rows):
             raise RuntimeError(f"pool_size: {len(handoffs)} requests but {len(self.free_rows)} free slots")
-        states = []
+        states, finished, rows = [], [], iter(self.free_rows)
         for h in handoffs:
             req = Req(rid=h.rid, origin_input_ids=list(h.prompt), output_ids=[h.first_token], req_pool_idx=-1,
                       kv_committed_len=h.committed_len)
             st = RequestState(h.rid, list(h.prompt), h.params, req, list(h.kv_tokens), None, [h.first_token])
             if self._truncate(st, []):  # max_new_tokens == 1 or an EOS first token: done at prefill
                 st.kept_draft_ctx = h.kv_hiddens.clone()
-                self.done[st.rid] = st
-                continue
-            req.req_pool_idx = self._alloc_row()
-            self.draft_pool.load(req.req_pool_idx, h.kv_hiddens)
-            st.draft_pool = self.draft_pool
-            states.append(st)
-        if not states:
-            return
+                finished.append(st)
+            else:
+                req.req_pool_idx = next(rows)  # taken below, once the batch is built
+                states.append((st, h.kv_hiddens))
+        if states:
+            self._admit_batch(states, prebuilt)
+        self.done.update((st.rid, st) for st in finished)
+
+    def _admit_batch(self, states: list, prebuilt: bool) -> None:
+        """Build the new requests' batch (which may still refuse them) before any engine state changes, then take
+        their rows, load their draft contexts and merge."""
+        states, hiddens = [st for st, _ in states], [h for _, h in states]
         batch = ScheduleBatch.prebuilt([s.req for s in states], self.pool, speculative_num_draft_tokens=self.T,
                                        enable_overlap=self.enable_overlap)
         if prebuilt:  # PD decode side: the handoff builds the draft input and seeds the relay
@@ -240,6 +238,10 @@ class DSparkEngine:
             if self.enable_overlap:
                 self.future_map.publish(batch.req_pool_indices, batch.seq_lens)
                 self.future_map.stash(batch.req_pool_indices, RelayPayload.from_draft_input(di))
+        for st, h in zip(states, hiddens):
+            self.free_rows.remove(st.pool_row)
+            self.draft_pool.load(self.pool.take_row(st.pool_row), h)
+            st.draft_pool = self.draft_pool
         self._merge(batch, states)
 
     def _merge(self, batch: ScheduleBatch, states: List[RequestState]) -> None:

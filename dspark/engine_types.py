@@ -55,7 +55,8 @@ class RequestState:
 
     @property
     def draft_ctx(self) -> torch.Tensor:
-        """Draft context KV: one projected target hidden per committed position."""
+        """Draft context KV: one projected target hidden per committed position. While the request is live, a view
+        of its pool row (the next step writes there; clone it to keep this step's)."""
         return self.kept_draft_ctx if self.draft_pool is None else self.draft_pool.context(self.pool_row)
 
 

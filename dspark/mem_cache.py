@@ -74,26 +74,27 @@ class DraftContextPool:
     SGLang keeps the draft KV in a slot pool addressed through `req_to_token`; one dense row per request is that
     addressing with the page as wide as the row. It keeps its own lengths, so "one draft row per committed position"
     stays a fact to check, not a definition. A step's commit is one batched write, not a concatenation per request.
-    The storage is allocated at the first load, in that load's dtype and hidden shape.
+    Rows hold float64 (the reference's compute dtype): a handoff's lower-precision hiddens widen exactly.
     """
 
-    def __init__(self, size: int, max_context_len: int):
+    def __init__(self, size: int, max_context_len: int, hidden_size: int):
         self.size = _validate.positive_int("size", size)
         self.width = _validate.positive_int("max_context_len", max_context_len)
+        self.hidden_size = _validate.positive_int("hidden_size", hidden_size)
         self.lens = torch.zeros(size, dtype=torch.int64)
-        self.hiddens = None  # [size, width, *hidden_shape]
+        self.hiddens = torch.zeros(size, max_context_len, hidden_size, dtype=torch.float64)
 
     def check_load(self, name: str, hiddens: torch.Tensor) -> None:
-        """Raise naming `name` if `hiddens` cannot be loaded into a row (too long, or not this pool's shape)."""
+        """Raise naming `name` if `hiddens` cannot be a row's context (not [n <= width, hidden_size] floats)."""
+        if not hiddens.is_floating_point():
+            raise TypeError(f"{name}: expected floating hiddens, got {hiddens.dtype}")
+        if hiddens.dim() != 2 or hiddens.shape[1] != self.hidden_size:
+            raise ValueError(f"{name}: expected [n, {self.hidden_size}] hiddens, got {list(hiddens.shape)}")
         if hiddens.shape[0] > self.width:
             raise ValueError(f"{name}: {hiddens.shape[0]} rows exceed the draft context width {self.width}")
-        if self.hiddens is not None and tuple(hiddens.shape[1:]) != tuple(self.hiddens.shape[2:]):
-            raise ValueError(f"{name}: hidden shape {list(hiddens.shape[1:])}, the pool holds {list(self.hiddens.shape[2:])}")
 
     def load(self, row: int, hiddens: torch.Tensor) -> None:
         self.check_load("hiddens", hiddens)
-        if self.hiddens is None:
-            self.hiddens = hiddens.new_zeros((self.size, self.width) + tuple(hiddens.shape[1:]))
         n = hiddens.shape[0]
         self.hiddens[row, :n] = hiddens
         self.lens[row] = n
@@ -106,7 +107,7 @@ class DraftContextPool:
             raise ValueError(f"counts: a row would pass the draft context width {self.width}")
         keep = torch.arange(T)[None, :] < counts[:, None]
         slots = (rows * self.width + start)[:, None] + torch.arange(T)  # flat slot of each verify column
-        self.hiddens.view((-1,) + tuple(self.hiddens.shape[2:]))[slots[keep]] = hidden[keep].to(self.hiddens.dtype)
+        self.hiddens.view(-1, self.hidden_size)[slots[keep]] = hidden[keep].to(torch.float64)
         self.lens[rows] = start + counts
 
     def context(self, row: int) -> torch.Tensor:
@@ -135,4 +136,4 @@ class DraftContextBatch(Sequence):
     def last_rows(self) -> torch.Tensor:
         lens = self.pool.lens[self.rows]
         last = self.pool.hiddens[self.rows, (lens - 1).clamp(min=0)]
-        return torch.where((lens > 0).reshape((-1,) + (1,) * (last.dim() - 1)), last, 0.0)
+        return torch.where((lens > 0)[:, None], last, 0.0)

@@ -158,8 +158,22 @@ def test_a_finished_request_keeps_its_draft_context_when_its_row_is_reused():
         assert torch.equal(st.draft_ctx, TARGET.forward([], st.cache_tokens)[1])
 
 
+def test_a_lower_precision_handoff_widens_and_decodes_like_any_other():
+    import dataclasses
+
+    reqs = _requests(2, max_new=8)
+    handoffs = _engine(gamma=3).prefill_for_handoff(reqs)
+    handoffs[0] = dataclasses.replace(handoffs[0], kv_hiddens=handoffs[0].kv_hiddens.to(torch.float32))
+    eng = _engine(gamma=3)
+    eng.accept_handoff(handoffs)
+    eng.run_to_completion()
+    for r in reqs:  # greedy decoding is lossless whatever the drafter's context precision
+        assert eng.done[r.rid].output == [handoffs[r.rid].first_token] + target_greedy_decode(
+            TARGET, list(r.prompt) + [handoffs[r.rid].first_token], 7)
+
+
 def test_draft_context_pool_writes_the_committed_columns_only():
-    pool = DraftContextPool(3, 6)
+    pool = DraftContextPool(3, 6, 2)
     pool.load(1, torch.ones(2, 2, dtype=torch.float64))
     pool.load(2, torch.zeros(0, 2, dtype=torch.float64))
     hidden = torch.arange(12, dtype=torch.float64).reshape(2, 3, 2)
@@ -170,8 +184,10 @@ def test_draft_context_pool_writes_the_committed_columns_only():
     with pytest.raises(ValueError, match="counts"):  # row 1 holds 5 of 6
         pool.append(torch.tensor([2, 1]), hidden, torch.tensor([1, 2]))
     assert pool.lens.tolist() == [0, 5, 1]  # nothing written
-    with pytest.raises(ValueError, match="hiddens: hidden shape"):
+    with pytest.raises(ValueError, match=r"hiddens: expected \[n, 2\]"):
         pool.load(0, torch.zeros(1, 3, dtype=torch.float64))
+    pool.load(0, torch.ones(1, 2, dtype=torch.float32))  # lower precision widens exactly
+    assert pool.context(0).dtype == torch.float64 and pool.context(0).tolist() == [[1.0, 1.0]]
 
 
 def test_sample_from_anchor_off_drafts_gamma_tokens():

@@ -144,7 +144,8 @@ def test_engine_does_not_change_the_callers_config():
     (dict(first_token=V), "first_token"),
     (dict(first_token=-1), "first_token"),
     (dict(kv_hiddens=None), "kv_hiddens"),
-    (dict(kv_hiddens=torch.zeros(2, 3, dtype=torch.float64)), "kv_hiddens: hidden shape"),
+    (dict(kv_hiddens=torch.zeros(2, 3, dtype=torch.float64)), r"kv_hiddens: expected \[n, 8\]"),
+    (dict(committed_len=3, kv_tokens=(3, 4, 0), kv_hiddens=torch.zeros(3, 8, dtype=torch.float64)), "committed_len"),
     (dict(committed_len=-1), "committed_len"),
 ])
 def test_bad_handoff_names_the_field_and_admits_nothing(change, field):
@@ -153,7 +154,8 @@ def test_bad_handoff_names_the_field_and_admits_nothing(change, field):
     prefill, decode = _engine(gamma=3), _engine(gamma=3)
     good, other = prefill.prefill_for_handoff([Request(0, (1, 2), SamplingParams(max_new_tokens=4)),
                                                Request(1, (3, 4), SamplingParams(max_new_tokens=4))])
-    free = list(decode.free_rows)
+    free, generations = list(decode.free_rows), decode.pool.req_generation.clone()
     with pytest.raises(ValueError, match=field):
         decode.accept_handoff([good, dataclasses.replace(other, **change)])
     assert decode.free_rows == free and decode.live == [] and decode.done == {}
+    assert torch.equal(decode.pool.req_generation, generations)

@@ -115,8 +115,10 @@ def _budget_counts_invalid_cells(mp):
     real = dspark_planner.compute_verify_token_budget
 
     def budget(*, history_survival_probs, sps_table, cfg):
+        import msgspec
+
         return real(history_survival_probs=history_survival_probs, sps_table=sps_table,
-                    cfg=dspark_planner.DSparkScheduleConfig(gamma=cfg.gamma, survival_eps=-1.0))
+                    cfg=msgspec.structs.replace(cfg, survival_eps=-1.0))  # the rest of the config as given
 
     mp.setattr(dspark_planner, "compute_verify_token_budget", budget)
 

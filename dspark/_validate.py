@@ -6,6 +6,7 @@ a rejected call leaves all state untouched.
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import torch
@@ -47,6 +48,47 @@ def in_range(name: str, t: torch.Tensor, low: int, high: int) -> None:
 def unique(name: str, t: torch.Tensor) -> None:
     if t.numel() != torch.unique(t).numel():
         raise ValueError(f"{name}: entries must be distinct, got {t.tolist()}")
+
+
+def integer(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}: expected int, got {type(value).__name__}")
+    return value
+
+
+def nonnegative_int(name: str, value) -> int:
+    if integer(name, value) < 0:
+        raise ValueError(f"{name}: must be >= 0, got {value}")
+    return value
+
+
+def finite(name: str, value) -> float:
+    """A real number (int or float, not bool) that is finite."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name}: must be finite, got {value}")
+    return value
+
+
+def flag(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}: expected True or False, got {value!r}")
+    return value
+
+
+def listed(name: str, value) -> list:
+    """A finite sequence of items (a generator is read once, here, not half-consumed by a check)."""
+    if isinstance(value, (str, bytes, torch.Tensor)) or not hasattr(value, "__iter__"):
+        raise TypeError(f"{name}: expected a list, got {type(value).__name__}")
+    return list(value)
+
+
+def device(name: str, value) -> torch.device:
+    try:
+        return torch.device(value)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"{name}: not a torch device: {value!r}") from e
 
 
 def positive_int(name: str, value) -> int:

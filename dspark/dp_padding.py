@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence, Tuple
 
+from dspark import _validate
 from dspark.graph_buckets import graph_batch_size
 
 
@@ -50,6 +51,7 @@ def local_plan(tokens: int, graph_sizes: Sequence[int], microbatches: int, thres
     sizes = list(graph_sizes)
     if any(b <= a for a, b in zip(sizes, sizes[1:])) or any(s < 1 for s in sizes):
         raise ValueError(f"graph_sizes: must be positive and strictly increasing, got {sizes}")
+    _validate.positive_int("microbatches", microbatches)
     return RankPlan(tokens, graph_size(tokens, sizes), microbatches > 1 and tokens >= threshold)
 
 
@@ -58,6 +60,12 @@ def last_microbatch_has_tokens(tokens: int, shared: int, microbatches: int) -> b
 
 
 def agree(rank: int, plans: Sequence[RankPlan], microbatches: int) -> Padding:
+    plans = list(plans)
+    if not plans or not all(isinstance(p, RankPlan) for p in plans):
+        raise ValueError(f"plans: expected one RankPlan per rank, got {plans!r}")
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < len(plans):
+        raise ValueError(f"rank: expected an int in [0, {len(plans)}), got {rank!r}")
+    _validate.positive_int("microbatches", microbatches)
     graph = all(p.graph_tokens is not None for p in plans)
     shared = max(p.graph_tokens if graph else p.tokens for p in plans)
     microbatched = microbatches > 1 and all(p.wants_microbatch and last_microbatch_has_tokens(p.tokens, shared,

@@ -14,6 +14,8 @@ import torch
 from dspark import _validate, mem_cache
 from dspark.spec_info import SpecInput
 
+_PER_REQUEST = ("bonus_tokens", "new_seq_lens", "topk_p", "topk_index", "hidden_states")
+
 
 def _empty(bs: int, dtype: torch.dtype, device) -> torch.Tensor:
     return torch.empty((bs, 0), dtype=dtype, device=device)
@@ -42,6 +44,10 @@ class DraftInput(SpecInput):
         self.bonus_tokens = self.bonus_tokens.to(torch.int64)
         self.new_seq_lens = self.new_seq_lens.to(torch.int64)
         bs, device = self.bonus_tokens.shape[0], self.bonus_tokens.device
+        for name in _PER_REQUEST[2:]:  # the side tensors have one row per request too
+            t = getattr(self, name)
+            if t is not None and (not isinstance(t, torch.Tensor) or t.dim() < 1 or t.shape[0] != bs):
+                raise ValueError(f"{name}: expected a tensor with {bs} rows (one per request)")
         self.topk_p = _empty(bs, torch.float32, device) if self.topk_p is None else self.topk_p
         self.topk_index = _empty(bs, torch.int64, device) if self.topk_index is None else self.topk_index
         self.hidden_states = _empty(bs, torch.float16, device) if self.hidden_states is None else self.hidden_states
@@ -104,6 +110,8 @@ class DraftInput(SpecInput):
         """
         _validate.int_tensor("new_indices", new_indices)
         bs = self.bonus_tokens.shape[0] if self.future_indices is None else self.future_indices.shape[0]
+        if bs == 0 and new_indices.numel():
+            raise ValueError(f"new_indices: the batch is empty, got {new_indices.tolist()}")
         _validate.in_range("new_indices", new_indices, 0, max(bs, 1))
         if self.nxt_kv_lens_cpu is not None:
             self.nxt_kv_lens_cpu = self.nxt_kv_lens_cpu[new_indices]
@@ -113,7 +121,7 @@ class DraftInput(SpecInput):
         if self.future_indices is not None:
             self.future_indices = self.future_indices[new_indices]
             return
-        for name in ("bonus_tokens", "new_seq_lens", "topk_p", "topk_index", "hidden_states"):
+        for name in _PER_REQUEST:
             setattr(self, name, getattr(self, name)[new_indices])
 
     def merge_batch(self, other: "DraftInput") -> None:
@@ -122,8 +130,15 @@ class DraftInput(SpecInput):
             raise TypeError(f"other: expected DraftInput, got {type(other).__name__}")
         if (self.future_indices is None) != (other.future_indices is None):
             raise ValueError("other.future_indices: both sides must agree on whether the overlap relay is used")
-        for name in ("bonus_tokens", "new_seq_lens", "topk_p", "topk_index", "hidden_states"):
-            setattr(self, name, torch.cat([getattr(self, name), getattr(other, name)]))
+        merged = {}
+        for name in _PER_REQUEST:  # every field joined before any is replaced: a refused merge changes nothing
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if mine.shape[1:] != theirs.shape[1:] or mine.dtype != theirs.dtype:
+                raise ValueError(f"other.{name}: {theirs.dtype} {list(theirs.shape)} does not join {mine.dtype} "
+                                 f"{list(mine.shape)}")
+            merged[name] = torch.cat([mine, theirs])
+        for name, value in merged.items():
+            setattr(self, name, value)
         if self.future_indices is not None:
             self.future_indices = torch.cat([self.future_indices, other.future_indices])
         if self.nxt_kv_lens_cpu is not None and other.nxt_kv_lens_cpu is not None:

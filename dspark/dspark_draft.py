@@ -67,7 +67,7 @@ class DraftBlockProposer:
             raise ValueError(f"mask_token_id: expected a non-negative int, got {mask_token_id!r}")
         self.mask_token_id = mask_token_id
         self.sample_from_anchor = bool(sample_from_anchor)
-        self.device = torch.device(device)
+        self.device = _validate.device("device", device)
         # Only a MoE draft under DP attention has to agree with its peers on gather sizes.
         self._dp_moe_sync = bool(draft_is_moe and attn_dp_enabled)
         # SGLang keeps one persistent [1] int32 buffer and refills it in place.
@@ -197,10 +197,14 @@ class VerifyWindow:
 def alloc_verify_window(batch, verify_num_draft_tokens: int) -> VerifyWindow:
     """The window of one decode step, read from the request-to-token rows the step's reservation filled."""
     T = _validate.positive_int("verify_num_draft_tokens", verify_num_draft_tokens)
+    table = batch.req_to_token_pool.req_to_token
+    _validate.int_tensor("batch.seq_lens", batch.seq_lens, nonnegative=True)
+    _validate.int_tensor("batch.req_pool_indices", batch.req_pool_indices)
+    _validate.same_length(seq_lens=batch.seq_lens, req_pool_indices=batch.req_pool_indices)
+    _validate.in_range("batch.req_pool_indices", batch.req_pool_indices, 0, table.shape[0])
     seq = batch.seq_lens.to(torch.int64)
     cols = seq[:, None] + torch.arange(T)
     rows = batch.req_pool_indices.to(torch.int64)[:, None].expand_as(cols)
-    table = batch.req_to_token_pool.req_to_token
     if cols.numel() and int(cols.max()) >= table.shape[1]:
         raise ValueError(f"batch.seq_lens: the verify window reaches column {int(cols.max())} of a {table.shape[1]}-wide row")
     return VerifyWindow(cols, table[rows, cols].to(torch.int64))
@@ -208,6 +212,8 @@ def alloc_verify_window(batch, verify_num_draft_tokens: int) -> VerifyWindow:
 
 def with_verify_window(fb: ForwardBatch, window: VerifyWindow, query_token_num: int) -> ForwardBatch:
     """The draft forward writes its Q rows into the first Q slots of the verify window."""
+    if not 1 <= _validate.positive_int("query_token_num", query_token_num) <= window.cache_loc_2d.shape[1]:
+        raise ValueError(f"query_token_num: {query_token_num} exceeds the verify window width {window.cache_loc_2d.shape[1]}")
     fb.out_cache_loc = window.cache_loc_2d[:, :query_token_num].reshape(-1)
     return fb
 
@@ -223,6 +229,9 @@ def commit_inject_layout(window: VerifyWindow, commit_lens: torch.Tensor) -> Com
     """Target features reach the draft context for exactly the committed columns (col < commit_len)."""
     lens = _validate.int_tensor("commit_lens", commit_lens, nonnegative=True).to(torch.int64)
     bs, T = window.cache_loc_2d.shape
+    if lens.shape[0] != bs:
+        raise ValueError(f"commit_lens: {lens.shape[0]} lengths for a window of {bs} requests")
+    _validate.in_range("commit_lens", lens, 0, T + 1)
     committed = torch.arange(T)[None, :] < lens[:, None]
     loc = torch.where(committed, window.cache_loc_2d, -1)
     return CommitInject(loc, window.positions_2d, torch.arange(bs * T).reshape(bs, T))

@@ -60,6 +60,8 @@ class DSparkConfig:
 
 
 def _check_config(cfg: DSparkConfig, vocab: int) -> DSparkConfig:
+    if not isinstance(cfg, DSparkConfig):
+        raise TypeError(f"config: expected a DSparkConfig, got {type(cfg).__name__}")
     cfg = dataclasses.replace(cfg)  # the engine's own copy: defaults filled here must not leak into the caller's config
     _validate.positive_int("gamma", cfg.gamma)
     if cfg.verify_mode not in VERIFY_MODES:
@@ -78,17 +80,28 @@ def _check_config(cfg: DSparkConfig, vocab: int) -> DSparkConfig:
     planner.check_budget_frac(cfg.force_budget_frac)
     if cfg.sps_table is not None and not isinstance(cfg.sps_table, (planner.SpsCostTable, planner.SpsAdditiveCostTable)):
         raise ValueError(f"sps_table: expected an SpsCostTable or SpsAdditiveCostTable, got {type(cfg.sps_table).__name__}")
-    if not cfg.survival_eps >= 0:
+    if not _validate.finite("survival_eps", cfg.survival_eps) >= 0:
         raise ValueError(f"survival_eps: must be >= 0, got {cfg.survival_eps}")
     _validate.positive_int("pool_size", cfg.pool_size)
     _validate.positive_int("max_context_len", cfg.max_context_len)
+    _validate.integer("seed", cfg.seed)
+    _validate.flag("enable_overlap", cfg.enable_overlap)
+    _validate.flag("sample_from_anchor", cfg.sample_from_anchor)
     if cfg.capture_bs is not None:
-        for bs in cfg.capture_bs:
+        for bs in _validate.listed("capture_bs", cfg.capture_bs):
             _validate.positive_int("capture_bs[]", bs)
     if cfg.verify_backend not in ("auto", "torch", "triton"):
         raise ValueError(f"verify_backend: expected 'auto', 'torch' or 'triton', got {cfg.verify_backend!r}")
+    if cfg.verify_backend == "triton" and not verify.triton_runs_on_cpu():  # the engine's tensors live on the CPU
+        raise ValueError("verify_backend: 'triton' on the CPU needs the Triton interpreter (TRITON_INTERPRET=1 set "
+                         "before dspark.verify.triton_kernels is first imported)")
     cfg.max_verify_len, cfg.mask_token_id = max_len, mask
     return cfg
+
+
+def _check_progress(progress) -> None:
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress: expected a callable taking each StepRecord, got {type(progress).__name__}")
 
 
 def admission_limit(max_context_len: int, num_draft_tokens: int, page_size: int = 1) -> int:
@@ -126,19 +139,27 @@ class DSparkEngine:
 
     # ---- requests ------------------------------------------------------------
 
-    def _check_request(self, r: Request) -> None:
-        p = r.params
+    def _check_request(self, i: int, r: Request) -> None:
+        if not isinstance(r, Request):
+            raise TypeError(f"requests[{i}]: expected a Request, got {type(r).__name__}")
+        _validate.integer(f"requests[{i}].rid", r.rid)
         where = f"requests[{r.rid}]"
+        if not isinstance(r.prompt, (tuple, list)):
+            raise TypeError(f"{where}.prompt: expected a tuple of token ids, got {type(r.prompt).__name__}")
         if not r.prompt:
             raise ValueError(f"{where}.prompt: empty; the target needs at least one token")
         if any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < self.vocab_size for t in r.prompt):
             raise ValueError(f"{where}.prompt: token ids must lie in [0, {self.vocab_size})")
+        p = r.params
+        if not isinstance(p, SamplingParams):
+            raise TypeError(f"{where}.params: expected SamplingParams, got {type(p).__name__}")
         _validate.positive_int(f"{where}.params.max_new_tokens", p.max_new_tokens)
-        if not p.temperature >= 0:
+        if not _validate.finite(f"{where}.params.temperature", p.temperature) >= 0:
             raise ValueError(f"{where}.params.temperature: must be >= 0, got {p.temperature}")
-        if not 0 < p.top_p <= 1:
+        _validate.nonnegative_int(f"{where}.params.top_k", p.top_k)
+        if not 0 < _validate.finite(f"{where}.params.top_p", p.top_p) <= 1:
             raise ValueError(f"{where}.params.top_p: must lie in (0, 1], got {p.top_p}")
-        if p.eos_id is not None and not 0 <= p.eos_id < self.vocab_size:
+        if p.eos_id is not None and not 0 <= _validate.integer(f"{where}.params.eos_id", p.eos_id) < self.vocab_size:
             raise ValueError(f"{where}.params.eos_id: must lie in [0, {self.vocab_size})")
         if len(r.prompt) + p.max_new_tokens > admission_limit(self.config.max_context_len, self.T):
             raise ValueError(f"{where}.prompt: {len(r.prompt)} prompt + {p.max_new_tokens} new tokens + 2*{self.T} "
@@ -147,11 +168,11 @@ class DSparkEngine:
             raise ValueError(f"{where}.rid: request id {r.rid} is already in use")
 
     def _check_requests(self, requests: Sequence[Request]) -> None:
+        for i, r in enumerate(requests):
+            self._check_request(i, r)
         rids = [r.rid for r in requests]
         if len(set(rids)) != len(rids):
             raise ValueError(f"requests.rid: request ids must be distinct, got {rids}")
-        for r in requests:
-            self._check_request(r)
 
     def _uniforms(self, rids: Sequence[int], local_steps: Sequence[int], n: int) -> torch.Tensor:
         """[len(rids), n] float64 uniforms in (0, 1); row r from the (seed, rids[r], local_steps[r]) stream."""
@@ -168,6 +189,7 @@ class DSparkEngine:
         Prompts of one length share a batched forward; a sampled first token is
         the exponential race `argmax p * (1/E)` on the request's step-0 stream.
         """
+        requests = _validate.listed("requests", requests)
         self._check_requests(requests)
         first, hiddens = {}, {}
         by_len: Dict[int, list] = {}
@@ -196,13 +218,18 @@ class DSparkEngine:
                 raise ValueError(f"handoffs[{i}].committed_len: expected a non-negative int, got {h.committed_len!r}")
             if h.committed_len != len(h.prompt):  # the KV covers the prompt; the first token is the pending anchor
                 raise ValueError(f"handoffs[{i}].committed_len: {h.committed_len}, but the prompt holds {len(h.prompt)} tokens")
-            if len(h.kv_tokens) != h.committed_len:
-                raise ValueError(f"handoffs[{i}].kv_tokens: {len(h.kv_tokens)} tokens for committed_len {h.committed_len}")
+            if tuple(h.kv_tokens) != tuple(h.prompt):  # what the prefill server's KV holds: the prompt
+                raise ValueError(f"handoffs[{i}].kv_tokens: the KV must hold the prompt {tuple(h.prompt)}, got "
+                                 f"{tuple(h.kv_tokens)}")
             if not isinstance(h.kv_hiddens, torch.Tensor) or h.kv_hiddens.dim() < 1 or h.kv_hiddens.shape[0] != h.committed_len:
                 raise ValueError(f"handoffs[{i}].kv_hiddens: expected a tensor with {h.committed_len} rows")
             self.draft_pool.check_load(f"handoffs[{i}].kv_hiddens", h.kv_hiddens)
 
     def _admit(self, handoffs: Sequence[PrefillHandoff], *, prebuilt: bool) -> None:
+        handoffs = _validate.listed("handoffs", handoffs)
+        for i, h in enumerate(handoffs):
+            if not isinstance(h, PrefillHandoff):
+                raise TypeError(f"handoffs[{i}]: expected a PrefillHandoff, got {type(h).__name__}")
         self._check_requests([Request(h.rid, h.prompt, h.params) for h in handoffs])
         self._check_handoffs(handoffs)
         if len(handoffs) > len(self.free_rows):
@@ -264,6 +291,7 @@ class DSparkEngine:
         self._admit(handoffs, prebuilt=True)
 
     def abort(self, rid: int) -> None:
+        _validate.integer("rid", rid)
         for i, st in enumerate(self.rows):
             if st.rid == rid:
                 st.finish_reason = "abort"
@@ -274,7 +302,7 @@ class DSparkEngine:
     def set_overlap(self, on: bool) -> None:
         """Switch overlap scheduling; live rows move into (seed) or out of (resolve) the relay. The confidence path
         switched to starts empty: history left from an earlier period would be read as if `lag` steps old."""
-        on = bool(on)
+        on = _validate.flag("on", on)
         if on == self.enable_overlap:
             return
         (self.future_map.confidence_ring if on else self.budget_confidence.carry).clear()
@@ -505,6 +533,9 @@ class DSparkEngine:
                          float(temps[i]), gumbel[i]) for i, st, n in sampled]
 
     def run_to_completion(self, max_steps: Optional[int] = None, progress=None) -> None:
+        if max_steps is not None:
+            _validate.nonnegative_int("max_steps", max_steps)
+        _check_progress(progress)
         n = 0
         while self.batch is not None and (max_steps is None or n < max_steps):
             rec = self.step()
@@ -514,6 +545,8 @@ class DSparkEngine:
 
     def generate(self, requests: Sequence[Request], progress=None) -> Dict[int, list]:
         """Prefill the requests, decode until all are done; returns rid -> emitted tokens."""
+        requests = _validate.listed("requests", requests)
+        _check_progress(progress)
         self.prefill(requests)
         self.run_to_completion(progress=progress)
         return {r.rid: list(self.done[r.rid].output) for r in requests}
@@ -522,4 +555,6 @@ class DSparkEngine:
         for st in self.rows:
             if st.rid == rid:
                 return st
+        if rid not in self.done:
+            raise ValueError(f"rid: no request {rid!r}, live or done")
         return self.done[rid]

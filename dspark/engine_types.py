@@ -15,6 +15,8 @@ import torch
 from dspark.mem_cache import DraftContextPool
 from dspark.schedule_batch import Req
 
+SAMPLING_EPS = 1e-6
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -26,7 +28,8 @@ class SamplingParams:
 
     @property
     def is_greedy(self) -> bool:
-        return self.temperature == 0 or self.top_k == 1
+        # SGLang's rule: a temperature below 1e-6 samples as greedy (top_k = 1); dividing logits by it would overflow.
+        return self.temperature < SAMPLING_EPS or self.top_k == 1
 
 
 @dataclass(frozen=True)

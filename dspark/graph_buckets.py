@@ -36,8 +36,7 @@ def pad_to_bucket(raw: int, buckets: Sequence[int]) -> int:
     """The smallest bucket >= raw (H2); raises when raw exceeds the largest."""
     if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
         raise ValueError(f"raw: expected a non-negative int, got {raw!r}")
-    if not buckets:
-        raise ValueError("buckets: empty")
+    _check_buckets(buckets)
     if raw > buckets[-1]:
         raise ValueError(f"raw: {raw} exceeds the largest captured bucket {buckets[-1]}")
     return buckets[bisect_left(buckets, raw)]
@@ -56,11 +55,23 @@ def max_dp_batch_size(original_global_num_tokens_cpu: Optional[Sequence[int]]) -
 def graph_batch_size(local_bs: int, buckets: Sequence[int], original_global_num_tokens_cpu=None,
                      dp_attention: bool = False) -> Optional[int]:
     """The bucket a decode step replays, or None when the batch is too large for any graph."""
+    _check_buckets(buckets)
     raw = max_dp_batch_size(original_global_num_tokens_cpu) if dp_attention else local_bs
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+        raise ValueError(f"local_bs: expected a non-negative int, got {raw!r}")
     return None if raw > buckets[-1] else pad_to_bucket(raw, buckets)
+
+
+def _check_buckets(buckets: Sequence[int]) -> None:
+    sizes = list(buckets)
+    if not sizes:
+        raise ValueError("buckets: empty")
+    if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in sizes) or \
+            any(b <= a for a, b in zip(sizes, sizes[1:])):
+        raise ValueError(f"buckets: captured sizes must be positive ints, strictly increasing, got {sizes}")
 
 
 def capture_num_tokens(capture_bs: Sequence[int], tokens_per_req: int) -> List[int]:
     """Token buckets of the ragged verify graphs: {bs * T} (F5)."""
     _validate.positive_int("tokens_per_req", tokens_per_req)
-    return sorted({bs * tokens_per_req for bs in capture_bs})
+    return sorted({_validate.positive_int("capture_bs[]", bs) * tokens_per_req for bs in capture_bs})

@@ -27,6 +27,7 @@ class TokenToKVPoolAllocator:
         return len(self.free_pages) * self.page_size
 
     def alloc_pages(self, n: int) -> List[int]:
+        _validate.nonnegative_int("n", n)
         if n > len(self.free_pages):
             raise RuntimeError(f"kv cache: {n} pages asked, {len(self.free_pages)} free")
         taken, self.free_pages = self.free_pages[:n], self.free_pages[n:]
@@ -53,8 +54,18 @@ def pages_needed(cur: Sequence[int], nxt: Sequence[int], page: int) -> int:
 def extend_rows(req_to_token: torch.Tensor, rows: Sequence[int], cur: Sequence[int], nxt: Sequence[int],
                 allocator: TokenToKVPoolAllocator) -> int:
     """Grow each row from cur[i] to nxt[i]; returns the slots drawn. Everything is checked before anything is written."""
+    rows, cur, nxt = (_validate.listed(name, v) for name, v in (("rows", rows), ("cur", cur), ("nxt", nxt)))
+    if not len(rows) == len(cur) == len(nxt):
+        raise ValueError(f"rows: {len(rows)} rows, {len(cur)} current and {len(nxt)} next lengths")
+    for i, r in enumerate(rows):
+        if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < req_to_token.shape[0]:
+            raise ValueError(f"rows[{i}]: expected a row in [0, {req_to_token.shape[0]}), got {r!r}")
+    if len(set(rows)) != len(rows):
+        raise ValueError(f"rows: a row may grow once per call, got {rows}")
     width = req_to_token.shape[1]
     for i, (c, n) in enumerate(zip(cur, nxt)):
+        _validate.integer(f"cur[{i}]", c)
+        _validate.integer(f"nxt[{i}]", n)
         if not 0 <= c <= n:
             raise ValueError(f"nxt[{i}]: a row grows from {c} to {n}; it may only grow")
         if n > width:
@@ -92,18 +103,33 @@ class DraftContextPool:
             raise ValueError(f"{name}: expected [n, {self.hidden_size}] hiddens, got {list(hiddens.shape)}")
         if hiddens.shape[0] > self.width:
             raise ValueError(f"{name}: {hiddens.shape[0]} rows exceed the draft context width {self.width}")
+        if not bool(torch.isfinite(hiddens).all()):
+            raise ValueError(f"{name}: holds NaN or infinite values")
+
+    def _row(self, row) -> int:
+        if isinstance(row, bool) or not isinstance(row, int) or not 0 <= row < self.size:
+            raise ValueError(f"row: expected an int in [0, {self.size}), got {row!r}")
+        return row
 
     def load(self, row: int, hiddens: torch.Tensor) -> None:
+        self._row(row)
         self.check_load("hiddens", hiddens)
         n = hiddens.shape[0]
         self.hiddens[row, :n] = hiddens
         self.lens[row] = n
 
     def append(self, rows: torch.Tensor, hidden: torch.Tensor, counts: torch.Tensor) -> None:
-        """Row rows[i] gains hidden[i, :counts[i]] ([bs, T, ...]) after its current end, in one write."""
+        """Row rows[i] gains hidden[i, :counts[i]] ([bs, T, hidden_size]) after its current end, in one write."""
+        bs = _validate.same_length(rows=_validate.int_tensor("rows", rows), counts=_validate.int_tensor("counts", counts))
+        if not isinstance(hidden, torch.Tensor) or hidden.dim() != 3 or hidden.shape[0] != bs or \
+                hidden.shape[2] != self.hidden_size:
+            raise ValueError(f"hidden: expected [{bs}, T, {self.hidden_size}], got "
+                             f"{list(hidden.shape) if isinstance(hidden, torch.Tensor) else type(hidden).__name__}")
         T = hidden.shape[1]
+        _validate.in_range("rows", rows, 0, self.size)
+        _validate.in_range("counts", counts, 0, T + 1)
         start, counts = self.lens[rows], counts.to(torch.int64)
-        if rows.numel() and int((start + counts).max()) > self.width:
+        if bs and int((start + counts).max()) > self.width:
             raise ValueError(f"counts: a row would pass the draft context width {self.width}")
         keep = torch.arange(T)[None, :] < counts[:, None]
         slots = (rows * self.width + start)[:, None] + torch.arange(T)  # flat slot of each verify column
@@ -111,8 +137,8 @@ class DraftContextPool:
         self.lens[rows] = start + counts
 
     def context(self, row: int) -> torch.Tensor:
-        """The row's context [len, ...] (a view: valid until the row is written again or handed on)."""
-        return self.hiddens[row, : int(self.lens[row])]
+        """The row's context [len, hidden_size] (a view: valid until the row is written again or handed on)."""
+        return self.hiddens[self._row(row), : int(self.lens[row])]
 
     def batch(self, rows: torch.Tensor) -> "DraftContextBatch":
         return DraftContextBatch(self, rows)

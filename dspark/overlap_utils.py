@@ -36,6 +36,10 @@ class ConfidenceRing:
         self._history: list = []  # (confidence [P, gamma], generation [P]) after each push, newest last
 
     def push(self, rows: torch.Tensor, confidence: torch.Tensor, generation: torch.Tensor) -> None:
+        self._check_rows(rows)
+        _validate.int_tensor("generation", generation)
+        if not isinstance(confidence, torch.Tensor) or confidence.dim() != 2:
+            raise ValueError("confidence: expected a [len(rows), gamma] tensor")
         _validate.same_length(rows=rows, confidence=confidence, generation=generation)
         if self.width is not None and self.width != confidence.shape[1]:
             raise ValueError(f"confidence: width {confidence.shape[1]} != relay width {self.width}")
@@ -59,11 +63,16 @@ class ConfidenceRing:
 
     def read(self, rows: torch.Tensor):
         """(confidence [n, gamma], writer generation [n]) published `lag` pushes ago, or None."""
+        self._check_rows(rows)
         if len(self._history) < self.lag:
             return None
         conf, gen = self._history[0]
         rows = rows.cpu().to(torch.int64)
         return conf[rows].clone(), gen[rows].clone()
+
+    def _check_rows(self, rows) -> None:
+        _validate.int_tensor("rows", rows)
+        _validate.in_range("rows", rows, 0, self.req_pool_size)
 
 
 @dataclass
@@ -105,6 +114,8 @@ class BudgetConfidence:
     def read(self, rows: torch.Tensor, confidence: torch.Tensor, generation: torch.Tensor,
              future_map: Optional["FutureMap"] = None) -> Optional[torch.Tensor]:
         """rows [n], this step's confidence [n, gamma], the rows' current generations [n] -> [n, gamma] or None."""
+        _validate.int_tensor("generation", generation)
+        _validate.same_length(rows=rows, confidence=confidence, generation=generation)
         if future_map is not None:
             lagged = future_map.resolve_confidence(rows)
             if lagged is None:
@@ -138,7 +149,7 @@ class FutureMap:
         self.req_pool_size = _validate.positive_int("req_pool_size", req_pool_size)
         if not isinstance(spec_algorithm, SpeculativeAlgorithm):
             raise TypeError(f"spec_algorithm: expected SpeculativeAlgorithm, got {type(spec_algorithm).__name__}")
-        self.device = torch.device(device)
+        self.device = _validate.device("device", device)
         self.spec_algorithm = spec_algorithm
         self.poison = poison
         self.strict = bool(strict)
@@ -208,13 +219,12 @@ class FutureMap:
             buf[rows] = POISON
         return out
 
-    @staticmethod
-    def _future_rows(batch) -> torch.Tensor:
+    def _future_rows(self, batch) -> torch.Tensor:
         spec_info = batch.spec_info
         rows = None if spec_info is None else spec_info.future_indices
         if rows is None:
             raise ValueError("batch.spec_info.future_indices: required to resolve from the relay (overlap off?)")
-        return rows
+        return self._rows("batch.spec_info.future_indices", rows)
 
     def resolve_seq_lens(self, batch) -> None:
         """Gather the committed lengths step N published into `batch.seq_lens(_cpu/_sum)`."""
@@ -232,13 +242,11 @@ class FutureMap:
             return
         spec_info = batch.spec_info
         rows = self._future_rows(batch)
+        dsa = spec_info.future_dsa_topk_indices_available
+        if dsa and self.dsa_topk_indices_buf is None:  # refused before the bonus is consumed
+            raise RuntimeError("FutureMap: draft input claims relayed DSA top-k indices, but none were ever stashed")
         spec_info.bonus_tokens = self._consume("bonus tokens", self._fresh_bonus, self.output_tokens_buf, rows)
-        if spec_info.future_dsa_topk_indices_available:
-            if self.dsa_topk_indices_buf is None:
-                raise RuntimeError("FutureMap: draft input claims relayed DSA top-k indices, but none were ever stashed")
-            spec_info.dsa_topk_indices = self.dsa_topk_indices_buf[rows]
-        else:
-            spec_info.dsa_topk_indices = None
+        spec_info.dsa_topk_indices = self.dsa_topk_indices_buf[rows] if dsa else None
 
     def resolve_confidence(self, rows: torch.Tensor):
         """(confidence, writer generation) of `rows` as published CONFIDENCE_RELAY_LAG steps ago, or None before then."""

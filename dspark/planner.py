@@ -57,7 +57,7 @@ class SpsCostTable:
             raise ValueError(f"sample_steps_per_sec: values must be finite and > 0, got {list(sps)}")
         if self.max_batch_tokens is None:
             object.__setattr__(self, "max_batch_tokens", probes[-1])
-        elif self.max_batch_tokens < probes[-1]:
+        elif _validate.integer("max_batch_tokens", self.max_batch_tokens) < probes[-1]:
             raise ValueError(f"max_batch_tokens: {self.max_batch_tokens} is below the last probe {probes[-1]}")
 
     def lookup(self, tokens: int) -> float:
@@ -100,13 +100,18 @@ class SpsAdditiveCostTable:
     theta_points: tuple  # ((verify_tokens, seconds), ...)
 
     def __post_init__(self):
-        if not self.bias_seconds > 0:
+        if not _validate.finite("bias_seconds", self.bias_seconds) > 0:
             raise ValueError(f"bias_seconds: must be > 0, got {self.bias_seconds}")
         for name in ("alpha_points", "theta_points"):
-            pts = tuple(tuple(p) for p in getattr(self, name))
+            pts = tuple(tuple(p) for p in _validate.listed(name, getattr(self, name)))
             object.__setattr__(self, name, pts)
             if not pts:
                 raise ValueError(f"{name}: at least one point is required")
+            for p in pts:
+                if len(p) != 2:
+                    raise ValueError(f"{name}: expected (size, seconds) pairs, got {p}")
+                for v in p:
+                    _validate.finite(f"{name}[]", v)
             if any(b[0] <= a[0] for a, b in zip(pts, pts[1:])):
                 raise ValueError(f"{name}: sizes must be strictly increasing")
             if any(p[1] < 0 for p in pts):
@@ -145,6 +150,8 @@ def compute_verify_token_budget(lagged_survival: torch.Tensor, table=None, *, ep
 
     Only cells with survival >= eps are candidates, so `0 <= b <= #valid <= bs*gamma`.
     """
+    if not isinstance(lagged_survival, torch.Tensor) or lagged_survival.dim() != 2:
+        raise ValueError("lagged_survival: expected a [bs, gamma] tensor")
     bs, gamma = lagged_survival.shape
     if force_budget_frac is not None:
         return forced_budget(force_budget_frac, bs, gamma)
@@ -166,6 +173,7 @@ def compute_verify_token_budget(lagged_survival: torch.Tensor, table=None, *, ep
 def select_cells(surv: torch.Tensor, budget: int, *, eps: float = SURVIVAL_EPS) -> torch.Tensor:
     """The top `budget` cells by (value desc, position asc, request asc); cells below eps are never picked. [bs, gamma] bool."""
     bs, gamma = surv.shape
+    _validate.integer("budget", budget)
     # Cells laid out position-major (position asc, then request asc), so one stable descending sort by value
     # gives the whole (value desc, position asc, request asc) order.
     flat = surv.to(torch.float64).t().reshape(-1)
@@ -181,6 +189,9 @@ def schedule_verify_lens(surv: torch.Tensor, budget: int, *, min_verify_len: int
     """`L_r = clamp(min_verify_len + picks_r, max(min_verify_len, 1), max_verify_len)`, int64 [bs]."""
     bs, gamma = surv.shape
     max_len = gamma + 1 if max_verify_len is None else max_verify_len
+    _validate.nonnegative_int("min_verify_len", min_verify_len)
+    if not max(min_verify_len, 1) <= _validate.integer("max_verify_len", max_len) <= gamma + 1:
+        raise ValueError(f"max_verify_len: must lie in [max(min_verify_len, 1), gamma+1={gamma + 1}], got {max_len}")
     selected = select_cells(surv, budget, eps=eps)
     picks = selected.sum(dim=1)
     lens = torch.clamp(min_verify_len + picks, max(min_verify_len, 1), max_len).to(torch.int64)
@@ -258,6 +269,10 @@ def pad_verify_lens_to_bucket(verify_lens: torch.Tensor, graph_num_tokens: int, 
     """Spread `graph_num_tokens - sum(L)` over the pad rows (`base + (i < rem)`), else onto the last real row."""
     lens = _validate.int_tensor("verify_lens", verify_lens).to(torch.int64)
     bs = lens.shape[0]
+    _validate.integer("graph_num_tokens", graph_num_tokens)
+    _validate.integer("padded_bs", padded_bs)
+    if cap is not None:
+        _validate.positive_int("cap", cap)
     if padded_bs < bs:
         raise ValueError(f"padded_bs: {padded_bs} is below the batch size {bs}")
     left = graph_num_tokens - int(lens.sum())
@@ -298,6 +313,8 @@ def plan_step(budget_confidence: torch.Tensor, confidence: torch.Tensor, *, veri
               min_verify_len: int = 1, max_verify_len: Optional[int] = None, eps: float = SURVIVAL_EPS) -> PlannedStep:
     """The budget (from the lagged `budget_confidence`), this step's verify lengths (from `confidence`) and, in
     compact mode with captured graphs, the smallest token tier that holds them (None when none does)."""
+    if verify_mode not in ("static", "cap-accept", "compact"):
+        raise ValueError(f"verify_mode: expected 'static', 'cap-accept' or 'compact', got {verify_mode!r}")
     if verify_mode == "static":
         return PlannedStep(None, None, None)
     budget = compute_verify_token_budget(survival(budget_confidence), table, eps=eps, force_budget_frac=force_budget_frac)

@@ -140,7 +140,7 @@ class ScheduleBatch:
         Deliberately no None guard: a missing draft input must fail here, as it
         did in production, not be papered over.
         """
-        self.forward_mode = ForwardMode.IDLE if self.is_empty() else ForwardMode.DECODE
-        if self.spec_algorithm.is_none():
-            return
-        self.spec_info.prepare_for_decode(self)
+        mode = ForwardMode.IDLE if self.is_empty() else ForwardMode.DECODE
+        if not self.spec_algorithm.is_none():
+            self.spec_info.prepare_for_decode(self)  # may refuse the reservation: the mode changes only after it
+        self.forward_mode = mode

@@ -21,7 +21,12 @@ class SpecTpSyncSite(enum.IntEnum):
 
 class SpecTpSync:
     def __init__(self, world_size: int = 1, group: Optional[object] = None, src: int = 0):
-        self.world_size, self.group, self.src = int(world_size), group, src
+        from dspark import _validate
+
+        self.world_size, self.group = _validate.positive_int("world_size", world_size), group
+        if isinstance(src, bool) or not isinstance(src, int) or not 0 <= src < self.world_size:
+            raise ValueError(f"src: expected a rank in [0, {self.world_size}), got {src!r}")
+        self.src = src
 
     def sync(self, site: SpecTpSyncSite, values: torch.Tensor) -> torch.Tensor:
         if self.world_size > 1:

@@ -7,7 +7,7 @@ signature; the functions exported here validate their arguments and pick one
 contracts compare against live in ``contracts/oracle.py``.
 """
 
-from .dispatch import finalize, greedy_accept, mixed_accept, sampling_accept
+from .dispatch import finalize, greedy_accept, mixed_accept, sampling_accept, triton_runs_on_cpu
 from .noise import draw_coins, draw_resample_noise
 from .results import AcceptOut, Finalized
 
@@ -20,4 +20,5 @@ __all__ = [
     "greedy_accept",
     "mixed_accept",
     "sampling_accept",
+    "triton_runs_on_cpu",
 ]

@@ -27,6 +27,15 @@ def _kernels():
     return triton_kernels
 
 
+def triton_runs_on_cpu() -> bool:
+    """Whether ``backend="triton"`` can take CPU tensors in this process: Triton installed and its interpreter on
+    (imports the kernel module, which fixes the mode)."""
+    try:
+        return bool(_kernels().INTERPRETED)
+    except ImportError:
+        return False
+
+
 def _capturing() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 

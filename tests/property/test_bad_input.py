@@ -198,3 +198,134 @@ def test_merge_requires_matching_relay_use():
     with pytest.raises(ValueError, match="future_indices"):
         a.merge_batch(b)
     assert a.bonus_tokens.tolist() == [1]
+
+
+def test_merge_of_mismatched_side_tensors_changes_nothing():
+    a = DraftInput(bonus_tokens=t([1]), new_seq_lens=t([2]))
+    b = DraftInput(bonus_tokens=t([4]), new_seq_lens=t([5]), hidden_states=torch.zeros(1, 3))
+    with pytest.raises(ValueError, match="other.hidden_states"):
+        a.merge_batch(b)
+    assert a.bonus_tokens.tolist() == [1] and a.new_seq_lens.tolist() == [2] and a.hidden_states.shape == (1, 0)
+
+
+def test_draft_input_side_tensors_need_a_row_per_request():
+    with pytest.raises(ValueError, match="hidden_states"):
+        DraftInput(bonus_tokens=t([1, 2]), new_seq_lens=t([3, 4]), hidden_states=torch.zeros(1, 0))
+    with pytest.raises(ValueError, match="new_indices"):
+        DraftInput.create_idle_input().filter_batch(t([0]))
+
+
+def test_a_refused_reservation_leaves_the_batch_mode():
+    batch = _batch([60], [0], overlap=False)  # 60 + 2*3 slots pass the 64-wide row
+    disaggregation.process_prebuilt(batch, None)
+    mode = batch.forward_mode
+    with pytest.raises(ValueError, match="kv_committed_len"):
+        batch.prepare_for_decode()
+    assert batch.forward_mode == mode and batch.reqs[0].kv_allocated_len == 0
+
+
+def test_a_relay_read_refused_consumes_nothing():
+    fm = FutureMap(POOL)
+    batch = _batch([4], [3])
+    disaggregation.process_prebuilt(batch, fm)
+    batch.spec_info.future_dsa_topk_indices_available = True  # claims indices nobody stashed
+    fresh = fm._fresh_bonus.clone()
+    with pytest.raises(RuntimeError, match="DSA"):
+        fm.resolve_forward_inputs(batch)
+    assert torch.equal(fm._fresh_bonus, fresh)
+    batch.spec_info.future_indices = t([POOL + 1])
+    with pytest.raises(ValueError, match="future_indices"):
+        fm.resolve_seq_lens(batch)
+    with pytest.raises(ValueError, match="rows"):
+        fm.confidence_ring.read(t([-1]))  # would wrap to the last row
+    with pytest.raises(ValueError, match="device"):
+        FutureMap(POOL, device="gpu0")
+
+
+def test_kv_rows_and_pages_are_checked_before_any_page_is_taken():
+    from dspark.mem_cache import TokenToKVPoolAllocator, extend_rows
+
+    table, alloc = torch.zeros(4, 8, dtype=torch.int32), TokenToKVPoolAllocator(16)
+    for rows, cur, nxt, field in (([5], [0], [4], r"rows\[0\]"), ([0], [0, 0], [4, 4], "rows"), ([1, 1], [0, 0], [2, 2], "rows")):
+        with pytest.raises(ValueError, match=field):
+            extend_rows(table, rows, cur, nxt, alloc)
+    assert alloc.available_size() == 16 and not table.any()
+    with pytest.raises(ValueError, match="n"):
+        alloc.alloc_pages(-1)
+    with pytest.raises(TypeError, match="n"):
+        alloc.alloc_pages(True)
+
+
+def test_draft_context_appends_are_checked_before_any_write():
+    from dspark.mem_cache import DraftContextPool
+
+    pool = DraftContextPool(2, 8, 3)
+    pool.load(0, torch.ones(2, 3, dtype=torch.float64))
+    hidden = torch.zeros(1, 2, 3, dtype=torch.float64)
+    for rows, h, counts, field in ((t([0]), hidden, t([-3]), "counts"), (t([0]), hidden, t([6]), "counts"),
+                                   (t([0]), torch.zeros(1, 2, 4), t([1]), "hidden"), (t([2]), hidden, t([1]), "rows"),
+                                   (t([0]), hidden, t([1, 1]), "length mismatch")):
+        with pytest.raises(ValueError, match=field):
+            pool.append(rows, h, counts)
+    assert pool.lens.tolist() == [2, 0]
+    with pytest.raises(ValueError, match="row"):
+        pool.load(-1, torch.ones(1, 3, dtype=torch.float64))  # would wrap to the last row
+
+
+def test_planner_arguments_name_the_field():
+    from dspark import planner
+
+    surv = torch.full((2, 3), 0.5, dtype=torch.float64)
+    cases = [
+        (lambda: planner.compute_verify_token_budget(torch.ones(3)), ValueError, "lagged_survival"),
+        (lambda: planner.select_cells(surv, float("nan")), TypeError, "budget"),
+        (lambda: planner.schedule_verify_lens(surv, 2, max_verify_len=0), ValueError, "max_verify_len"),
+        (lambda: planner.schedule_verify_lens(surv, 2, min_verify_len=5, max_verify_len=9), ValueError, "max_verify_len"),
+        (lambda: planner.plan_step(surv, surv, verify_mode="bogus"), ValueError, "verify_mode"),
+        (lambda: planner.pad_verify_lens_to_bucket(t([2, 2]), 8, 3, cap=0), ValueError, "cap"),
+        (lambda: planner.pad_verify_lens_to_bucket(t([2, 2]), 8.5, 3), TypeError, "graph_num_tokens"),
+        (lambda: planner.SpsAdditiveCostTable(1.0, ((1,),), ((1, 0.0),)), ValueError, "alpha_points"),
+        (lambda: planner.SpsAdditiveCostTable(1.0, ((1, float("nan")),), ((1, 0.0),)), ValueError, "alpha_points"),
+        (lambda: planner.SpsAdditiveCostTable(float("inf"), ((1, 0.0),), ((1, 0.0),)), ValueError, "bias_seconds"),
+        (lambda: planner.SpsCostTable((1, 2), (1.0, 1.0), max_batch_tokens=float("nan")), TypeError, "max_batch_tokens"),
+    ]
+    for call, error, field in cases:
+        with pytest.raises(error, match=field):
+            call()
+
+
+def test_graph_padding_and_tp_sync_arguments_name_the_field():
+    from dspark import dp_padding, graph_buckets
+    from dspark.spec_tp_sync import SpecTpSync
+
+    plans = [dp_padding.local_plan(3, [4, 8], 1, 0)] * 2
+    cases = [
+        (lambda: graph_buckets.graph_batch_size(3, []), "buckets"),
+        (lambda: graph_buckets.pad_to_bucket(3, [8, 4]), "buckets"),
+        (lambda: graph_buckets.capture_num_tokens([0, -2], 3), "capture_bs"),
+        (lambda: dp_padding.agree(5, plans, 1), "rank"),
+        (lambda: dp_padding.agree(-1, plans, 1), "rank"),  # would wrap to the last rank
+        (lambda: dp_padding.agree(0, [], 1), "plans"),
+        (lambda: dp_padding.agree(0, plans, 0), "microbatches"),
+        (lambda: SpecTpSync(world_size=0), "world_size"),
+    ]
+    for call, field in cases:
+        with pytest.raises(ValueError, match=field):
+            call()
+
+
+def test_verify_window_arguments_name_the_field():
+    from dspark.dspark_draft import alloc_verify_window, commit_inject_layout, with_verify_window
+    from dspark.forward_batch_info import ForwardBatch  # noqa: F401  (the window's consumer)
+
+    batch = _batch([4, 5], [0, 1], overlap=False)
+    window = alloc_verify_window(batch, 3)
+    with pytest.raises(ValueError, match="commit_lens"):
+        commit_inject_layout(window, t([1]))
+    with pytest.raises(ValueError, match="commit_lens"):
+        commit_inject_layout(window, t([1, 4]))
+    with pytest.raises(ValueError, match="query_token_num"):
+        with_verify_window(None, window, 4)
+    batch.seq_lens = t([-2, 5])
+    with pytest.raises(ValueError, match="batch.seq_lens"):
+        alloc_verify_window(batch, 3)

@@ -40,6 +40,25 @@ def test_invalid_config_names_the_field(cfg, field):
         _engine(**cfg)
 
 
+@pytest.mark.parametrize("cfg, field", [
+    (dict(seed=1.5), "seed"),
+    (dict(survival_eps="small"), "survival_eps"),
+    (dict(capture_bs=8), "capture_bs"),
+    (dict(enable_overlap="no"), "enable_overlap"),  # a string would read as True
+    (dict(sample_from_anchor="no"), "sample_from_anchor"),
+])
+def test_config_of_the_wrong_type_names_the_field(cfg, field):
+    with pytest.raises(TypeError, match=field):
+        _engine(**cfg)
+    with pytest.raises(TypeError, match="config"):
+        DSparkEngine(TARGET, make_drafter("vanilla", TARGET), dict(cfg))
+
+
+def test_an_infinite_survival_eps_is_refused():
+    with pytest.raises(ValueError, match="survival_eps: must be finite"):
+        _engine(survival_eps=float("inf"))
+
+
 def test_gamma_must_be_an_int():
     with pytest.raises(TypeError, match="gamma"):
         _engine(gamma=2.5)
@@ -69,6 +88,55 @@ def test_invalid_request_names_the_field_and_admits_nothing(req, field):
     with pytest.raises(ValueError, match=field):
         eng.prefill([Request(1, (2, 3), SamplingParams()), req])
     assert eng.batch is None and eng.rows == [] and len(eng.free_rows) == eng.config.pool_size
+
+
+@pytest.mark.parametrize("req, error, field", [
+    ((0, (1,)), TypeError, r"requests\[1\]: expected a Request"),
+    (Request("a", (1,)), TypeError, r"requests\[1\].rid"),
+    (Request(0, torch.tensor([1, 2])), TypeError, "prompt"),
+    (Request(0, (1,), None), TypeError, "params"),
+    (Request(0, (1,), SamplingParams(temperature="hot")), TypeError, "temperature"),
+    (Request(0, (1,), SamplingParams(temperature=float("inf"))), ValueError, "temperature"),
+    (Request(0, (1,), SamplingParams(temperature=1.0, top_k=2.5)), TypeError, "top_k"),
+    (Request(0, (1,), SamplingParams(temperature=1.0, top_k=-3)), ValueError, "top_k"),
+    (Request(0, (1,), SamplingParams(temperature=1.0, top_p="all")), TypeError, "top_p"),
+    (Request(0, (1,), SamplingParams(eos_id=1.5)), TypeError, "eos_id"),
+    (Request(0, (1,), SamplingParams(eos_id=True)), TypeError, "eos_id"),  # not token 1
+])
+def test_a_request_field_of_the_wrong_kind_is_refused_before_admission(req, error, field):
+    """Each of these once passed admission and failed later, inside a step its companions shared."""
+    eng = _engine(gamma=3)
+    with pytest.raises(error, match=field):
+        eng.prefill([Request(1, (2, 3), SamplingParams()), req])
+    assert eng.batch is None and eng.done == {} and len(eng.free_rows) == eng.config.pool_size
+
+
+def test_a_temperature_below_sglangs_epsilon_samples_as_greedy():
+    """SGLang treats 0 <= T < 1e-6 as greedy; dividing the logits by such a T overflowed to NaN laws."""
+    reqs = [Request(0, (1, 2), SamplingParams(temperature=1e-310, max_new_tokens=9))]
+    assert _engine(gamma=3).generate(reqs)[0] == _engine(gamma=3).generate([Request(0, (1, 2), SamplingParams(
+        max_new_tokens=9))])[0]
+
+
+def test_requests_may_come_from_a_generator():
+    reqs = [Request(i, (i, 2), SamplingParams(max_new_tokens=4)) for i in range(2)]
+    assert _engine().generate(r for r in reqs) == _engine().generate(reqs)
+
+
+def test_bad_arguments_to_the_loop_are_refused_before_a_step():
+    eng = _engine()
+    eng.prefill([Request(0, (1, 2), SamplingParams(max_new_tokens=8))])
+    with pytest.raises(TypeError, match="progress"):
+        eng.run_to_completion(progress=5)
+    with pytest.raises(TypeError, match="max_steps"):
+        eng.run_to_completion(max_steps="3")
+    with pytest.raises(TypeError, match="progress"):
+        eng.generate([Request(1, (1,), SamplingParams())], progress="bar")
+    with pytest.raises(TypeError, match="on"):
+        eng.set_overlap("false")  # a string would switch overlap on
+    assert eng.records == [] and [st.rid for st in eng.rows] == [0] and not eng.enable_overlap
+    with pytest.raises(ValueError, match="rid"):
+        eng.state_of(7)
 
 
 def test_request_id_in_use():
@@ -147,6 +215,8 @@ def test_engine_does_not_change_the_callers_config():
     (dict(kv_hiddens=torch.zeros(2, 3, dtype=torch.float64)), r"kv_hiddens: expected \[n, 8\]"),
     (dict(committed_len=3, kv_tokens=(3, 4, 0), kv_hiddens=torch.zeros(3, 8, dtype=torch.float64)), "committed_len"),
     (dict(committed_len=-1), "committed_len"),
+    (dict(kv_tokens=(3, 5)), "kv_tokens"),  # the KV holds the prompt (3, 4)
+    (dict(kv_hiddens=torch.full((2, 8), float("nan"), dtype=torch.float64)), "kv_hiddens: holds NaN"),
 ])
 def test_bad_handoff_names_the_field_and_admits_nothing(change, field):
     import dataclasses

@@ -195,3 +195,32 @@ def test_exit_code_table(rows, require, allow, code):
     got, message = cli.exit_code(_run(*rows), require, allow)
     assert got == code, message
     assert bool(message) == (code != 0)
+
+
+def test_dev_and_nightly_take_a_seed_even_when_ci_is_loaded():
+    """Under CI=true Hypothesis loads its own derandomized 'ci' profile at import; profiles registered on top of it
+    inherited that, and --profile dev --hypothesis-seed N then ran the same examples for every N."""
+    from hypothesis import settings
+
+    from contracts import profiles
+
+    current = settings.get_current_profile_name()
+    settings.load_profile("ci")  # derandomized, as CI's import leaves it
+    try:
+        profiles.register()
+        assert not settings.get_profile("dev").derandomize and not settings.get_profile("nightly").derandomize
+        assert settings.get_profile("ci").derandomize
+    finally:
+        settings.load_profile(current)
+
+
+def test_a_reader_that_leaves_early_ends_the_output_quietly(monkeypatch):
+    """`dspark-contracts list | head -1`: writing on a pipe whose reader left raised BrokenPipeError, a traceback."""
+    import os
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)  # the reader has left
+    with os.fdopen(write, "w") as out:
+        monkeypatch.setattr(sys, "stdout", out)
+        assert cli.main(["list"]) == 1  # and the rest of the output goes to /dev/null, not to a closed pipe

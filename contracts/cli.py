@@ -86,6 +86,7 @@ def _pytest_args(args, spec: str, json_path: str) -> list:
         out += ["--junitxml", args.junitxml]
     if args.durations is not None:
         out += [f"--durations={args.durations}"]
+    out += ["--tb", args.tb]
     if args.progress if args.progress is not None else sys.stdout.isatty():
         out += ["--contracts-progress", "-o", "console_output_style=classic"]  # lines, not dots and [NN%]
     return out
@@ -245,6 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--html", metavar="PATH", help="also write a self-contained HTML conformance page")
     check.add_argument("--junitxml", metavar="PATH", help="also write JUnit XML (pytest's --junitxml)")
     check.add_argument("--durations", type=int, metavar="N", help="list the N slowest phases (pytest's --durations; 0 = all)")
+    check.add_argument("--tb", choices=("short", "long", "auto", "line", "native", "no"), default="short",
+                       help="traceback style of a failure, as pytest's --tb (default short: the table below it "
+                            "already holds each violation's expected/observed and repro line)")
     check.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                        help="one line per contract as it finishes (default: when stdout is a terminal)")
     check.set_defaults(func=_check)

@@ -224,3 +224,13 @@ def test_a_reader_that_leaves_early_ends_the_output_quietly(monkeypatch):
     with os.fdopen(write, "w") as out:
         monkeypatch.setattr(sys, "stdout", out)
         assert cli.main(["list"]) == 1  # and the rest of the output goes to /dev/null, not to a closed pipe
+
+
+@pytest.mark.parametrize("argv, style", [(["check"], "short"), (["check", "--tb", "long"], "long")])
+def test_failure_tracebacks_are_short_unless_asked(argv, style):
+    """The table under the tracebacks holds each violation and its repro line; pytest's default long tracebacks
+    of the runner's frames buried it (about 100 lines a failure)."""
+    args = cli.build_parser().parse_args(argv)
+    cli._validate(args)
+    out = cli._pytest_args(args, "reference", "r.json")
+    assert out[out.index("--tb") + 1] == style

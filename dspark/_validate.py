@@ -45,6 +45,14 @@ def in_range(name: str, t: torch.Tensor, low: int, high: int) -> None:
         raise ValueError(f"{name}: values must lie in [{low}, {high}), got [{lo}, {hi}]")
 
 
+def probabilities(name: str, t: torch.Tensor) -> None:
+    """Check every entry lies in [0, 1] (NaN fails)."""
+    if t.numel():
+        lo, hi = (float(x) for x in torch.aminmax(t))
+        if not 0.0 <= lo <= hi <= 1.0:  # a NaN makes the chain false
+            raise ValueError(f"{name}: values must lie in [0, 1], got [{lo}, {hi}]")
+
+
 def unique(name: str, t: torch.Tensor) -> None:
     if t.numel() != torch.unique(t).numel():
         raise ValueError(f"{name}: entries must be distinct, got {t.tolist()}")

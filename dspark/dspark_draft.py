@@ -97,6 +97,8 @@ class DraftBlockProposer:
         if tokens.shape != (bs, gamma) or conf.shape != (bs, gamma) or logits.shape[:2] != (bs, gamma):
             raise ValueError(f"drafter: expected [{bs}, {gamma}] drafts and confidences, got {list(tokens.shape)}, "
                              f"{list(conf.shape)}")
+        _validate.in_range("drafter: draft tokens", tokens, 0, logits.shape[-1])  # a pluggable drafter's output
+        _validate.probabilities("drafter: confidence", conf)
         return DraftProposal(tokens.to(torch.int64), logits, conf)
 
     def build_draft_forward_batch(self, batch) -> ForwardBatch:

@@ -180,6 +180,7 @@ class FutureMap:
         if confidence is not None:
             if not isinstance(confidence, torch.Tensor) or confidence.dim() != 2 or confidence.shape[0] != rows.numel():
                 raise ValueError("confidence: expected a [len(indices), gamma] tensor")
+            _validate.probabilities("confidence", confidence)
             width = self.confidence_ring.width
             if width is not None and width != confidence.shape[1]:
                 raise ValueError(f"confidence: width {confidence.shape[1]} != relay width {width}")

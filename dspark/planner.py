@@ -29,6 +29,7 @@ def survival(confidence: torch.Tensor) -> torch.Tensor:
     """Cumulative product of the confidences along the gamma positions ([bs, gamma] -> [bs, gamma])."""
     if not isinstance(confidence, torch.Tensor) or confidence.dim() != 2:
         raise ValueError("confidence: expected a [bs, gamma] tensor")
+    _validate.probabilities("confidence", confidence)
     return torch.cumprod(confidence.to(torch.float64), dim=1)
 
 

@@ -329,3 +329,45 @@ def test_verify_window_arguments_name_the_field():
     batch.seq_lens = t([-2, 5])
     with pytest.raises(ValueError, match="batch.seq_lens"):
         alloc_verify_window(batch, 3)
+
+
+def test_confidences_outside_zero_one_are_refused_where_they_enter():
+    from dspark import planner
+
+    for bad in (float("nan"), 1.7, -0.1):
+        conf = torch.tensor([[0.5, bad]], dtype=torch.float64)
+        with pytest.raises(ValueError, match="confidence: values must lie in"):
+            planner.survival(conf)
+        fm = FutureMap(POOL)
+        before = fm.snapshot()
+        with pytest.raises(ValueError, match="confidence"):
+            fm.publish(t([1]), t([4]), conf, t([1]))
+        assert relay_unchanged(fm, before) and fm.confidence_ring.width is None
+
+
+def test_a_drafter_whose_output_is_out_of_range_is_named():
+    from dspark.toy_models import ToyTarget, make_drafter
+
+    target = ToyTarget(8, seed=0)
+    real = make_drafter("vanilla", target)
+
+    class Broken:
+        vocab_size = 8
+
+        def __init__(self, token=None, confidence=None):
+            self.token, self.confidence = token, confidence
+
+        def draft_block(self, *args):
+            tokens, logits, conf = real.draft_block(*args)
+            if self.token is not None:
+                tokens[0, 0] = self.token
+            if self.confidence is not None:
+                conf[0, 0] = self.confidence
+            return tokens, logits, conf
+
+    proposer = DraftBlockProposer(3, mask_token_id=7)
+    ctx = [torch.zeros(1, target.hidden_size, dtype=torch.float64)]
+    args = ([[1]], ctx, t([2]), torch.zeros(1, dtype=torch.float64), torch.zeros(1, 3, 8, dtype=torch.float64))
+    for drafter, field in ((Broken(token=8), "drafter: draft tokens"), (Broken(confidence=float("nan")), "drafter: confidence")):
+        with pytest.raises(ValueError, match=field):
+            proposer.propose(drafter, *args)

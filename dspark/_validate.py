@@ -100,9 +100,7 @@ def device(name: str, value) -> torch.device:
 
 
 def positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name}: expected int, got {type(value).__name__}")
-    if value < 1:
+    if integer(name, value) < 1:
         raise ValueError(f"{name}: must be >= 1, got {value}")
     return value
 

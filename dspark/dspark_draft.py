@@ -214,7 +214,7 @@ def alloc_verify_window(batch, verify_num_draft_tokens: int) -> VerifyWindow:
 
 def with_verify_window(fb: ForwardBatch, window: VerifyWindow, query_token_num: int) -> ForwardBatch:
     """The draft forward writes its Q rows into the first Q slots of the verify window."""
-    if not 1 <= _validate.positive_int("query_token_num", query_token_num) <= window.cache_loc_2d.shape[1]:
+    if _validate.positive_int("query_token_num", query_token_num) > window.cache_loc_2d.shape[1]:
         raise ValueError(f"query_token_num: {query_token_num} exceeds the verify window width {window.cache_loc_2d.shape[1]}")
     fb.out_cache_loc = window.cache_loc_2d[:, :query_token_num].reshape(-1)
     return fb

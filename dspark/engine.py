@@ -234,7 +234,7 @@ class DSparkEngine:
         self._check_handoffs(handoffs)
         if len(handoffs) > len(self.free_rows):
             raise RuntimeError(f"pool_size: {len(handoffs)} requests but {len(self.free_rows)} free slots")
-        states, finished, rows = [], [], iter(self.free_rows)
+        states, hiddens, finished, rows = [], [], [], iter(self.free_rows)
         for h in handoffs:
             req = Req(rid=h.rid, origin_input_ids=list(h.prompt), output_ids=[h.first_token], req_pool_idx=-1,
                       kv_committed_len=h.committed_len)
@@ -244,15 +244,15 @@ class DSparkEngine:
                 finished.append(st)
             else:
                 req.req_pool_idx = next(rows)  # taken below, once the batch is built
-                states.append((st, h.kv_hiddens))
+                states.append(st)
+                hiddens.append(h.kv_hiddens)
         if states:
-            self._admit_batch(states, prebuilt)
+            self._admit_batch(states, hiddens, prebuilt)
         self.done.update((st.rid, st) for st in finished)
 
-    def _admit_batch(self, states: list, prebuilt: bool) -> None:
+    def _admit_batch(self, states: List[RequestState], hiddens: List[torch.Tensor], prebuilt: bool) -> None:
         """Build the new requests' batch (which may still refuse them) before any engine state changes, then take
         their rows, load their draft contexts and merge."""
-        states, hiddens = [st for st, _ in states], [h for _, h in states]
         batch = ScheduleBatch.prebuilt([s.req for s in states], self.pool, speculative_num_draft_tokens=self.T,
                                        enable_overlap=self.enable_overlap)
         if prebuilt:  # PD decode side: the handoff builds the draft input and seeds the relay

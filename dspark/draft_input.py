@@ -113,6 +113,7 @@ class DraftInput(SpecInput):
         if bs == 0 and new_indices.numel():
             raise ValueError(f"new_indices: the batch is empty, got {new_indices.tolist()}")
         _validate.in_range("new_indices", new_indices, 0, max(bs, 1))
+        _validate.unique("new_indices", new_indices)  # a repeated index would duplicate a request
         if self.nxt_kv_lens_cpu is not None:
             self.nxt_kv_lens_cpu = self.nxt_kv_lens_cpu[new_indices]
             self.nxt_kv_lens_sum = int(self.nxt_kv_lens_cpu.sum())

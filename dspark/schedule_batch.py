@@ -99,6 +99,8 @@ class ScheduleBatch:
     ) -> "ScheduleBatch":
         """The decode-side batch for requests whose KV arrived from a prefill server."""
         _validate.positive_int("speculative_num_draft_tokens", speculative_num_draft_tokens)
+        for r in reqs:  # torch.tensor would truncate a float row silently
+            _validate.integer(f"reqs[{r.rid}].req_pool_idx", r.req_pool_idx)
         pool_idx = torch.tensor([r.req_pool_idx for r in reqs], dtype=torch.int64)
         _validate.in_range("req_pool_indices", pool_idx, 0, pool.size)
         _validate.unique("req_pool_indices", pool_idx)

@@ -371,3 +371,12 @@ def test_a_drafter_whose_output_is_out_of_range_is_named():
     for drafter, field in ((Broken(token=8), "drafter: draft tokens"), (Broken(confidence=float("nan")), "drafter: confidence")):
         with pytest.raises(ValueError, match=field):
             proposer.propose(drafter, *args)
+
+
+def test_rows_are_ints_and_a_filter_keeps_each_request_once():
+    with pytest.raises(TypeError, match=r"reqs\[0\].req_pool_idx"):
+        ScheduleBatch.prebuilt([Req(0, [0, 0], [5], 1.7, 2)], ReqToTokenPool(POOL, 64))
+    di = DraftInput(bonus_tokens=t([1, 2]), new_seq_lens=t([3, 4]))
+    with pytest.raises(ValueError, match="new_indices: entries must be distinct"):
+        di.filter_batch(t([1, 1]))
+    assert di.bonus_tokens.tolist() == [1, 2]

@@ -250,9 +250,9 @@ def test_kv_rows_and_pages_are_checked_before_any_page_is_taken():
         with pytest.raises(ValueError, match=field):
             extend_rows(table, rows, cur, nxt, alloc)
     assert alloc.available_size() == 16 and not table.any()
-    with pytest.raises(ValueError, match="n"):
+    with pytest.raises(ValueError, match=r"^n: must be >= 0"):
         alloc.alloc_pages(-1)
-    with pytest.raises(TypeError, match="n"):
+    with pytest.raises(TypeError, match=r"^n: expected int"):
         alloc.alloc_pages(True)
 
 

@@ -93,12 +93,18 @@ def test_oracle_drafts_the_target_greedy_chain():
 
 
 def test_random_drafter_is_uniform_and_seeded():
-    r = RandomDrafter(V, seed=5)
-    tokens, logits, conf = r.draft_block([[0]] * 2, [None] * 2, torch.tensor([0, 1]), 3, torch.ones(2, dtype=torch.float64),
-                                         _gumbel(2, 3, 1), 3)
+    noise = _gumbel(2, 3, 1)
+
+    def draft(seed):
+        return RandomDrafter(V, seed=seed).draft_block([[0]] * 2, [None] * 2, torch.tensor([0, 1]), 3,
+                                                       torch.ones(2, dtype=torch.float64), noise, 3)
+
+    tokens, logits, conf = draft(5)
     assert torch.equal(logits, torch.zeros(2, 3, V, dtype=torch.float64))
-    assert torch.equal(conf, RandomDrafter(V, seed=5).draft_block([[0]] * 2, [None] * 2, torch.tensor([0, 1]), 3,
-                                                                  torch.ones(2, dtype=torch.float64), _gumbel(2, 3, 1), 3)[2])
+    # Gumbel-max over flat logits: each draft is its noise row's argmax, a uniform draw.
+    assert torch.equal(tokens, noise.argmax(dim=-1))
+    assert 0 <= float(conf.min()) and float(conf.max()) <= 1
+    assert torch.equal(conf, draft(5)[2]) and not torch.equal(conf, draft(6)[2])  # a function of the seed
 
 
 @pytest.mark.parametrize("kind", DRAFTERS)

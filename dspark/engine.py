@@ -352,13 +352,17 @@ class DSparkEngine:
         function of its own key."""
         g, V, bs = self.gamma, self.vocab_size, len(self.rows)
         sampled = [i for i, st in enumerate(self.rows) if not st.params.is_greedy]
-        if not sampled:
+
+        def blank():  # what a greedy row reads: no noise, no coins, unit weights
             return torch.zeros(bs, g, V, dtype=F64), torch.zeros(bs, g, dtype=F64), torch.ones(bs, V, dtype=F64)
+
+        if not sampled:
+            return blank()
         drawn = self._split_noise(self._uniforms([self.rows[i].rid for i in sampled],
                                                  [self.rows[i].local_step + 1 for i in sampled], g * V + g + V))
         if len(sampled) == bs:
             return drawn
-        noise = torch.zeros(bs, g, V, dtype=F64), torch.zeros(bs, g, dtype=F64), torch.ones(bs, V, dtype=F64)
+        noise = blank()
         for full, part in zip(noise, drawn):
             full[sampled] = part
         return noise

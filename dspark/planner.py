@@ -179,7 +179,7 @@ def select_cells(surv: torch.Tensor, budget: int, *, eps: float = SURVIVAL_EPS) 
     # gives the whole (value desc, position asc, request asc) order.
     flat = surv.to(torch.float64).t().reshape(-1)
     order = torch.argsort(flat, descending=True, stable=True)
-    chosen = order[flat[order] >= eps][: max(int(budget), 0)]
+    chosen = order[flat[order] >= eps][: max(budget, 0)]
     picked = torch.zeros(gamma * bs, dtype=torch.bool)
     picked[chosen] = True
     return picked.reshape(gamma, bs).t()
@@ -212,7 +212,6 @@ class RaggedVerifyLayout:
 
     verify_lens: torch.Tensor  # int64 [bs]
     width: int  # T = gamma + 1, the strided row width
-    total: int  # sum(verify_lens): the real rows, ahead of the padding
     window: torch.Tensor  # int64 [total]: the strided row `req * T + within` of each real packed row
     rows: int  # packed rows, padding included
 
@@ -227,7 +226,11 @@ class RaggedVerifyLayout:
         rows = total if pad_to is None else pad_to
         if rows < total:
             raise ValueError(f"pad_to: {pad_to} is below the total verify tokens {total}")
-        return cls(lens, width, total, window, rows)
+        return cls(lens, width, window, rows)
+
+    @property
+    def total(self) -> int:  # sum(verify_lens): the real rows, ahead of the padding
+        return int(self.window.shape[0])
 
     @property
     def qo_indptr(self) -> torch.Tensor:  # int32 [bs + 1]

@@ -304,10 +304,15 @@ def run_pinned_program(machine) -> None:
             state._one_step()
             state.requests_agree()
     except Exception as e:
-        program = f"    pinned program: {PAST_THE_RING}, requests {reqs} added locally, steps until none is live"
-        if isinstance(e, Mismatch):
-            raise Mismatch(e.what, e.expected, f"{e.observed}\n{program}") from None
-        raise Mismatch("engine call in the pinned program", "no exception", f"{type(e).__name__}: {e}\n{program}") from e
+        _reraise_with(e, f"    pinned program: {PAST_THE_RING}, requests {reqs} added locally, steps until none is live",
+                      "pinned program")
+
+
+def _reraise_with(e: Exception, program: str, where: str):
+    """The failure as a Mismatch that names the program; an engine exception as the machine's catch-all."""
+    if isinstance(e, Mismatch):
+        raise Mismatch(e.what, e.expected, f"{e.observed}\n{program}") from None
+    raise Mismatch(f"engine call in the {where}", "no exception", f"{type(e).__name__}: {e}\n{program}") from e
 
 
 def run_decode_loop(engine, families=FAMILIES, *, specs=None, max_examples=25, steps=12) -> None:
@@ -331,10 +336,7 @@ def run_decode_loop(engine, families=FAMILIES, *, specs=None, max_examples=25, s
                 _SEEDED[-1][1].append(seed)
                 hypothesis_seed(seed)(get_state_machine_test(machine, settings=config))()
     except Exception as e:
-        program = step_program(e)
-        if isinstance(e, Mismatch):
-            raise Mismatch(e.what, e.expected, f"{e.observed}\n{program}") from None
-        raise Mismatch("engine call in the step program", "no exception", f"{type(e).__name__}: {e}\n{program}") from e
+        _reraise_with(e, step_program(e), "step program")
 
 
 def step_program(error: Exception) -> str:

@@ -59,6 +59,17 @@ def test_an_infinite_survival_eps_is_refused():
         _engine(survival_eps=float("inf"))
 
 
+def test_triton_without_the_interpreter_is_refused_at_construction(monkeypatch):
+    """A process's Triton mode is fixed when the kernels are first imported (the suite may already run them
+    interpreted), so the probe stands in for a process where they were imported compiled, or Triton is absent."""
+    import dspark.engine as engine_module
+
+    monkeypatch.setattr(engine_module.verify, "triton_runs_on_cpu", lambda: False)
+    with pytest.raises(ValueError, match="verify_backend: 'triton' on the CPU needs the Triton interpreter"):
+        _engine(verify_backend="triton")
+    _engine(verify_backend="torch")  # the probe gates only the Triton backend
+
+
 def test_gamma_must_be_an_int():
     with pytest.raises(TypeError, match="gamma"):
         _engine(gamma=2.5)

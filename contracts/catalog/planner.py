@@ -288,9 +288,8 @@ def planner_step(engine, case):
     if case.verify_mode == "static":
         expect(view.verify_lens is None, "static layout", "none (verify all gamma+1)", view.verify_lens)
         return
-    if view.verify_lens is None:  # no layout: every request verifies its whole block
-        return
-    lens = list(view.verify_lens)
+    # No layout means every request verifies its whole block: the same budget checks hold for that.
+    lens = [gamma + 1] * bs if view.verify_lens is None else list(view.verify_lens)
     expect(len(lens) == bs and all(1 <= n <= gamma + 1 for n in lens), "verify_lens", f"{bs} lengths in [1, {gamma + 1}]",
            lens)
     indptr = [0]

@@ -85,6 +85,15 @@ def _forced_fraction_ignored_when_flat(budget_confidence, confidence, *, verify_
     return step
 
 
+def _forced_fraction_drops_the_layout(budget_confidence, confidence, *, verify_mode, force_budget_frac=None, **kw):
+    """A forced fraction returns no layout at all, which the caller reads as verify-all."""
+    step = _real_plan_step(budget_confidence, confidence, verify_mode=verify_mode, force_budget_frac=force_budget_frac,
+                           **kw)
+    if force_budget_frac is not None:
+        step.verify_lens, step.graph_num_tokens = None, None
+    return step
+
+
 def _set_select(fn):
     return lambda mp: mp.setattr(planner, "select_cells", fn)
 
@@ -105,6 +114,8 @@ MUTANTS = [
            lambda mp: mp.setattr(planner.RaggedVerifyLayout, "scatter", _scatter_shifted)),
     Mutant("forced-fraction-ignored-by-verify-all", ("PLAN-010",),
            lambda mp: mp.setattr(planner, "plan_step", _forced_fraction_ignored_when_flat)),
+    Mutant("forced-fraction-drops-the-layout", ("PLAN-010",),
+           lambda mp: mp.setattr(planner, "plan_step", _forced_fraction_drops_the_layout)),
     Mutant("zero-length-pad-rows-get-a-token", ("PLAN-009",), lambda mp: mp.setattr(planner, "pad_verify_lens_to_bucket",
                                                                               _pad_rows_never_empty)),
     Mutant("bucket-leftover-on-first-pad-row", ("PLAN-009",),

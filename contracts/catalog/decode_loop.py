@@ -86,7 +86,7 @@ def batch_invariance(engine, case: LoopCase):
 LAW_TOL = 1e-9  # float64 laws; the engine and the oracle round differently
 
 
-@contract("LOOP-006", "exact, every step: for each sampled row, the target law its accept reads at each verified column is "
+@contract("LOOP-006", "exact, every step: every sampled row reports what its accept read, and for each the target law its accept reads at each verified column is "
           "the request's own sampling law (softmax(logits/T), then top-k, then top-p) of the target's logits after the "
           "committed tokens and the candidates before the column, from the independent float64 oracle; each draft is "
           "the Gumbel-max draw argmax(logits/T + noise) from the drafter's logits, and the draft law the accept scores "
@@ -100,7 +100,11 @@ def verify_reads_the_sampled_laws(engine, case: LoopCase):
             return
         view = engine.step(handle)
         lens = dict(zip(view.rids, view.verify_lens))
-        for law in engine.step_laws(handle):
+        laws = list(engine.step_laws(handle))
+        # Every request here samples, so each row of the step owes one law (none reported would check nothing).
+        expect_equal(f"step {step}: requests whose sampling laws the step reports", sorted(view.rids),
+                     sorted(law.rid for law in laws))
+        for law in laws:
             where = f"step {step} request {law.rid}"
             for j in range(lens[law.rid]):
                 logits = engine.target_next_logits(handle, list(law.context) + list(law.candidates[: j + 1]))

@@ -151,6 +151,11 @@ def _never_planned(self, proposal):
     return torch.full((len(planned),), self.T, dtype=torch.int64), None, [False] * len(planned), None
 
 
+def _top_k_rows_decode_greedily(self) -> bool:
+    """Any top-k reads as greedy, not only top_k == 1: such a request is silently decoded greedily."""
+    return self.temperature < 1e-6 or self.top_k >= 1
+
+
 RING = 8  # the largest captured graph batch
 
 
@@ -185,6 +190,8 @@ MUTANTS = [
            lambda mp: mp.setattr(DSparkEngine, "_target_probs", _target_law_without_top_p)),
     Mutant("draft-law-truncated-like-the-target", ("LOOP-006",),
            lambda mp: mp.setattr(DSparkEngine, "_target_probs", _draft_law_truncated_like_the_target)),
+    Mutant("top-k-rows-decode-greedily", ("LOOP-006",),
+           lambda mp: mp.setattr(SamplingParams, "is_greedy", property(_top_k_rows_decode_greedily))),
     Mutant("relay-rows-wrap-at-the-ring-size", ("LOOP-002",),
            lambda mp: mp.setattr(overlap_utils.FutureMap, "_rows", _relay_rows_wrap)),
     Mutant("ragged-steps-never-planned", ("LOOP-003", "LOOP-007"),

@@ -31,11 +31,13 @@ def _steps(engine, plan):
 
 
 def _reserved(case: KvCase, steps):
-    """Every reservation's per-request view, failing on a reservation that raised."""
+    """Every reservation's per-request view, failing on a reservation that raised or a step not reported."""
+    steps = list(steps)
     for s, step in enumerate(steps):
         expect(step.error is None, f"step {s} reservation", "no exception (the request was admitted)", step.error)
         expect_equal(f"step {s} requests", len(case.requests), len(step.requests))
         yield s, step
+    expect_equal("decode steps reported", len(case.commits), len(steps))
 
 
 def _ceil(n: int, page: int) -> int:

@@ -14,7 +14,7 @@ from contracts import machine
 from contracts.adapters.reference import ReferenceAdapter
 from contracts.registry import all_contracts
 from contracts.runner import violation_of
-from contracts.violation import ContractViolation
+from contracts.violation import ContractViolation, is_engine_crash
 from dspark.engine import DSparkEngine
 from tests.caught import assert_caught
 from tests.property.mutants import Mutant, all_mutants
@@ -57,6 +57,32 @@ def test_a_mutant_that_only_breaks_itself_is_not_a_control():
                               "TypeError: ...", repro=f"--engine {engine.name}")
     with pytest.raises(AssertionError, match="caught by an engine exception"):
         assert_caught(crash, contract, engine)
+
+
+class _Silent(ReferenceAdapter):
+    """The reference adapter, but one report comes back empty: a contract must not read no data as a pass."""
+
+    def __init__(self, method):
+        super().__init__()
+        self._empty = method
+
+    def run_kv_steps(self, case):
+        return () if self._empty == "run_kv_steps" else super().run_kv_steps(case)
+
+    def step_laws(self, handle):
+        return [] if self._empty == "step_laws" else super().step_laws(handle)
+
+
+@pytest.mark.parametrize("contract_id, method, field", [
+    *((f"KV-00{i}", "run_kv_steps", "decode steps reported") for i in range(1, 5)),
+    ("LOOP-006", "step_laws", "requests whose sampling laws the step reports"),
+])
+def test_an_empty_report_fails_the_contract(contract_id, method, field):
+    contract = CONTRACTS[contract_id]
+    violation = violation_of(contract, _Silent(method))
+    assert field in violation.what, violation
+    assert not is_engine_crash(violation.what)
+    contract.check(ReferenceAdapter(), violation.case)  # the full report passes on the same case
 
 
 @pytest.mark.parametrize("mutant, contract_id", CASES)

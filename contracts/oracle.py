@@ -15,6 +15,7 @@ token ids, prompt included) to a float64 [V] law of the next token.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from typing import Callable
 
@@ -174,6 +175,13 @@ def lowest_argmax(x: torch.Tensor) -> torch.Tensor:
     return torch.where(x == x.amax(-1, keepdim=True), idx, x.shape[-1]).amin(-1)
 
 
+def _cut(row: list, keep) -> list:
+    """`row` with every token `keep(p, row)` refuses set to 0, renormalised (correctly rounded sum)."""
+    kept = [p if keep(p, row) else 0.0 for p in row]
+    total = math.fsum(kept)
+    return [p / total for p in kept]
+
+
 def sampling_law(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
     """The law a sampler with these settings draws from, float64 over the last dim.
 
@@ -181,6 +189,9 @@ def sampling_law(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0,
     mass; then, if ``top_p < 1``, only the shortest run of most likely tokens whose mass reaches ``top_p``
     (the token that crosses ``top_p`` included); renormalised after each cut. Probability ties at a cut are
     kept together, so the law does not depend on how an engine breaks them.
+
+    Each cut is decided token by token from its definition, not by sorting: a token survives top-k when fewer
+    than k tokens are strictly more likely, and top-p when the tokens strictly more likely hold less than top_p.
     """
     if not temperature > 0:
         raise ValueError(f"temperature: must be > 0, got {temperature!r}")
@@ -188,15 +199,13 @@ def sampling_law(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0,
         raise ValueError(f"top_p: must lie in (0, 1], got {top_p!r}")
     p = torch.softmax(_f64(logits) / float(temperature), dim=-1)
     v = p.shape[-1]
-    if 0 < top_k < v:
-        kth = torch.sort(p, dim=-1, descending=True).values[..., top_k - 1: top_k]
-        p = torch.where(p >= kth, p, 0.0)
-        p = p / p.sum(-1, keepdim=True)
-    if top_p < 1:
-        srt = torch.sort(p, dim=-1, descending=True).values
-        before = torch.cumsum(srt, -1) - srt  # mass strictly before each sorted token
-        keep_sorted = before < top_p
-        cut = torch.where(keep_sorted, srt, float("inf")).amin(-1, keepdim=True)  # the smallest kept probability
-        p = torch.where(p >= cut, p, 0.0)
-        p = p / p.sum(-1, keepdim=True)
-    return p
+    if not (0 < top_k < v or top_p < 1):
+        return p
+    rows = p.reshape(-1, v).tolist()
+    for i, row in enumerate(rows):
+        if 0 < top_k < v:
+            row = _cut(row, lambda x, r: sum(y > x for y in r) < top_k)
+        if top_p < 1:
+            row = _cut(row, lambda x, r: math.fsum(y for y in r if y > x) < top_p)
+        rows[i] = row
+    return torch.tensor(rows, dtype=torch.float64).reshape(p.shape)

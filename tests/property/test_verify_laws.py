@@ -74,3 +74,22 @@ def test_noise_that_moves_the_prefix_is_refused():
     target, draft = _toy()
     with pytest.raises(Mismatch, match="accepted prefix does not move"):
         derived_block_law(_NoisyPrefix(), markov_enumeration(target, draft, 0, 2, one_hot=False))
+
+
+@pytest.mark.parametrize("probs, top_k, top_p, want", [
+    ([0.5, 0.3, 0.2], 0, 1.0, [0.5, 0.3, 0.2]),
+    ([0.5, 0.3, 0.2], 2, 1.0, [0.625, 0.375, 0.0]),
+    ([0.2, 0.5, 0.3], 0, 0.6, [0.0, 0.625, 0.375]),  # 0.3 crosses 0.6: kept
+    ([0.5, 0.3, 0.2], 0, 0.5, [1.0, 0.0, 0.0]),  # 0.5 reaches 0.5: the run stops there
+    ([0.4, 0.2, 0.4], 1, 1.0, [0.5, 0.0, 0.5]),  # a tie at the k-th place keeps both
+    ([0.4, 0.4, 0.2], 0, 0.3, [0.5, 0.5, 0.0]),  # a tie at the top-p cut keeps both
+    ([0.5, 0.3, 0.2], 2, 0.6, [1.0, 0.0, 0.0]),  # top-p reads the law top-k renormalised (0.625 >= 0.6)
+])
+def test_the_oracle_sampling_law_by_hand(probs, top_k, top_p, want):
+    """Worked by hand from the definitions, so the oracle behind LOOP-006, VERIFY-011 and DIST-001 is checked
+    against something other than an engine."""
+    logits = torch.tensor(probs, dtype=torch.float64).log()
+    got = oracle.sampling_law(logits, 1.0, top_k, top_p)
+    assert torch.allclose(got, torch.tensor(want, dtype=torch.float64), atol=1e-12), got.tolist()
+    hot = oracle.sampling_law(logits * 2, 2.0, top_k, top_p)  # temperature divides the logits
+    assert torch.allclose(hot, got, atol=1e-12)

@@ -254,5 +254,10 @@ class FutureMap:
         return self.confidence_ring.read(self._rows("rows", rows))
 
     def snapshot(self) -> dict[str, torch.Tensor]:
-        """Copies of the relay buffers, for checking what a call touched."""
-        return {"output_tokens_buf": self.output_tokens_buf.clone(), "new_seq_lens_buf": self.new_seq_lens_buf.clone()}
+        """Copies of everything a call may change (the relay buffers, the consume-once flags, the confidence ring's
+        history), for checking what it touched."""
+        history = self.confidence_ring._history
+        return {"output_tokens_buf": self.output_tokens_buf.clone(), "new_seq_lens_buf": self.new_seq_lens_buf.clone(),
+                "fresh_seq_lens": self._fresh_seq_lens.clone(), "fresh_bonus": self._fresh_bonus.clone(),
+                "ring_confidence": torch.stack([c for c, _ in history]) if history else torch.zeros(0),
+                "ring_generation": torch.stack([g for _, g in history]) if history else torch.zeros(0)}

@@ -28,7 +28,9 @@ def t(values, dtype=torch.int64):
 
 
 def relay_unchanged(fm: FutureMap, snapshot: dict) -> bool:
-    return all(torch.equal(v, fm.snapshot()[k]) for k, v in snapshot.items())
+    """Buffers, consume-once flags and confidence ring as they were (a refused call must not mark a row fresh)."""
+    now = fm.snapshot()
+    return now.keys() == snapshot.keys() and all(torch.equal(v, now[k]) for k, v in snapshot.items())
 
 
 @st.composite

@@ -68,9 +68,12 @@ def process_prebuilt(batch, future_map) -> None:
     for req in batch.reqs:
         if not req.output_ids:
             raise ValueError(f"batch.reqs[{req.rid}].output_ids: empty; the handoff must carry the first sampled token")
+        _validate.integer(f"batch.reqs[{req.rid}].output_ids[-1]", req.output_ids[-1])  # torch.tensor would truncate 5.9
     last_tokens = torch.tensor([req.output_ids[-1] for req in batch.reqs], dtype=torch.int64)
     if batch.spec_algorithm.is_none():
         if batch.enable_overlap:
+            if not isinstance(future_map, FutureMap):
+                raise TypeError(f"future_map: overlap is on, expected a FutureMap, got {type(future_map).__name__}")
             future_map.stash(batch.req_pool_indices, RelayPayload(bonus_tokens=last_tokens))
         batch.input_ids = None
         return

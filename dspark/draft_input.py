@@ -38,9 +38,17 @@ class DraftInput(SpecInput):
     def __post_init__(self):
         _validate.int_tensor("bonus_tokens", self.bonus_tokens)
         _validate.int_tensor("new_seq_lens", self.new_seq_lens, nonnegative=True)
-        if self.future_indices is not None:
-            _validate.int_tensor("future_indices", self.future_indices, nonnegative=True)
         _validate.same_length(bonus_tokens=self.bonus_tokens, new_seq_lens=self.new_seq_lens)
+        if self.future_indices is not None:  # one relay row per request, each its own
+            _validate.int_tensor("future_indices", self.future_indices, nonnegative=True)
+            _validate.same_length(bonus_tokens=self.bonus_tokens, future_indices=self.future_indices)
+            _validate.unique("future_indices", self.future_indices)
+        if self.nxt_kv_lens_cpu is not None:
+            _validate.int_tensor("nxt_kv_lens_cpu", self.nxt_kv_lens_cpu, nonnegative=True)
+            _validate.same_length(bonus_tokens=self.bonus_tokens, nxt_kv_lens_cpu=self.nxt_kv_lens_cpu)
+        if self.confidence is not None and (not isinstance(self.confidence, torch.Tensor) or self.confidence.dim() != 2
+                                            or self.confidence.shape[0] != self.bonus_tokens.shape[0]):
+            raise ValueError(f"confidence: expected a [{self.bonus_tokens.shape[0]}, gamma] tensor")
         self.bonus_tokens = self.bonus_tokens.to(torch.int64)
         self.new_seq_lens = self.new_seq_lens.to(torch.int64)
         bs, device = self.bonus_tokens.shape[0], self.bonus_tokens.device
@@ -114,16 +122,15 @@ class DraftInput(SpecInput):
             raise ValueError(f"new_indices: the batch is empty, got {new_indices.tolist()}")
         _validate.in_range("new_indices", new_indices, 0, max(bs, 1))
         _validate.unique("new_indices", new_indices)  # a repeated index would duplicate a request
-        if self.nxt_kv_lens_cpu is not None:
-            self.nxt_kv_lens_cpu = self.nxt_kv_lens_cpu[new_indices]
-            self.nxt_kv_lens_sum = int(self.nxt_kv_lens_cpu.sum())
-        if self.confidence is not None:
-            self.confidence = self.confidence[new_indices]
-        if self.future_indices is not None:
-            self.future_indices = self.future_indices[new_indices]
-            return
-        for name in _PER_REQUEST:
+        names = ["future_indices"] if self.future_indices is not None else list(_PER_REQUEST)
+        names += [n for n in ("nxt_kv_lens_cpu", "confidence") if getattr(self, n) is not None]
+        for name in names:  # a field set after construction may have lost its rows: refused before any is cut
+            if getattr(self, name).shape[0] != bs:
+                raise ValueError(f"{name}: {getattr(self, name).shape[0]} rows, but the batch holds {bs} requests")
+        for name in names:
             setattr(self, name, getattr(self, name)[new_indices])
+        if self.nxt_kv_lens_cpu is not None:
+            self.nxt_kv_lens_sum = int(self.nxt_kv_lens_cpu.sum())
 
     def merge_batch(self, other: "DraftInput") -> None:
         """Append `other`'s requests (new requests join the running batch)."""
@@ -131,6 +138,8 @@ class DraftInput(SpecInput):
             raise TypeError(f"other: expected DraftInput, got {type(other).__name__}")
         if (self.future_indices is None) != (other.future_indices is None):
             raise ValueError("other.future_indices: both sides must agree on whether the overlap relay is used")
+        if self.future_indices is not None:  # two requests on one relay row would read each other's results
+            _validate.unique("other.future_indices", torch.cat([self.future_indices, other.future_indices]))
         merged = {}
         for name in _PER_REQUEST:  # every field joined before any is replaced: a refused merge changes nothing
             mine, theirs = getattr(self, name), getattr(other, name)

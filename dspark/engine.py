@@ -316,7 +316,8 @@ class DSparkEngine:
             else:
                 self.future_map.resolve_seq_lens(b)
                 self.future_map.resolve_forward_inputs(b)
-                di.new_seq_lens, di.future_indices = b.seq_lens.clone(), None
+                # The relay held the live values; its side tensors went stale with the batch, so start a fresh input.
+                b.spec_info = DraftInput(bonus_tokens=di.bonus_tokens, new_seq_lens=b.seq_lens.clone())
             b.enable_overlap = on
         self.enable_overlap = on
 

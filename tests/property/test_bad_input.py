@@ -10,7 +10,7 @@ from dspark.draft_input import DraftInput
 from dspark.dspark_draft import DraftBlockProposer
 from dspark.overlap_utils import FutureMap, RelayPayload
 from dspark.schedule_batch import Req, ReqToTokenPool, ScheduleBatch
-from dspark.spec_info import SpecInput, spec_scale_global_num_tokens
+from dspark.spec_info import SpecInput, SpeculativeAlgorithm, spec_scale_global_num_tokens
 
 POOL = 32
 
@@ -215,6 +215,45 @@ def test_draft_input_side_tensors_need_a_row_per_request():
         DraftInput(bonus_tokens=t([1, 2]), new_seq_lens=t([3, 4]), hidden_states=torch.zeros(1, 0))
     with pytest.raises(ValueError, match="new_indices"):
         DraftInput.create_idle_input().filter_batch(t([0]))
+
+
+def test_draft_input_row_fields_need_a_row_per_request_and_own_relay_rows():
+    with pytest.raises(ValueError, match="confidence"):
+        DraftInput(bonus_tokens=t([1, 2]), new_seq_lens=t([3, 4]), confidence=torch.zeros(1, 3))
+    with pytest.raises(ValueError, match="nxt_kv_lens_cpu"):
+        DraftInput(bonus_tokens=t([1, 2]), new_seq_lens=t([3, 4]), nxt_kv_lens_cpu=t([5]))
+    with pytest.raises(ValueError, match="future_indices"):
+        DraftInput(bonus_tokens=t([1, 2]), new_seq_lens=t([3, 4]), future_indices=t([0, 1, 2]))
+    with pytest.raises(ValueError, match="future_indices: entries must be distinct"):
+        DraftInput(bonus_tokens=t([1, 2]), new_seq_lens=t([3, 4]), future_indices=t([3, 3]))
+
+
+def test_a_filter_refused_for_a_short_field_cuts_nothing():
+    di = DraftInput(bonus_tokens=t([1, 2]), new_seq_lens=t([3, 4]), nxt_kv_lens_cpu=t([5, 6]))
+    di.confidence = torch.zeros(1, 3)  # set after construction, one row short
+    with pytest.raises(ValueError, match="confidence: 1 rows, but the batch holds 2"):
+        di.filter_batch(t([1]))
+    assert di.nxt_kv_lens_cpu.tolist() == [5, 6] and di.bonus_tokens.tolist() == [1, 2]
+
+
+def test_a_merge_onto_a_used_relay_row_changes_nothing():
+    a = DraftInput(bonus_tokens=t([1]), new_seq_lens=t([2]), future_indices=t([3]))
+    b = DraftInput(bonus_tokens=t([4]), new_seq_lens=t([5]), future_indices=t([3]))
+    with pytest.raises(ValueError, match="other.future_indices: entries must be distinct"):
+        a.merge_batch(b)
+    assert a.bonus_tokens.tolist() == [1] and a.future_indices.tolist() == [3]
+
+
+def test_prebuilt_without_speculation_names_a_missing_relay_and_a_float_token():
+    batch = _batch([4], [1])
+    batch.spec_algorithm = SpeculativeAlgorithm.NONE
+    with pytest.raises(TypeError, match="future_map"):
+        disaggregation.process_prebuilt(batch, None)
+    batch = _batch([4], [1])
+    batch.reqs[0].output_ids = [5.9]  # would truncate to token 5
+    with pytest.raises(TypeError, match=r"output_ids\[-1\]"):
+        disaggregation.process_prebuilt(batch, FutureMap(POOL))
+    assert batch.spec_info is None
 
 
 def test_a_refused_reservation_leaves_the_batch_mode():

@@ -127,7 +127,10 @@ class DraftContextPool:
                              f"{list(hidden.shape) if isinstance(hidden, torch.Tensor) else type(hidden).__name__}")
         T = hidden.shape[1]
         _validate.in_range("rows", rows, 0, self.size)
+        _validate.unique("rows", rows)  # a row twice would keep only one of its writes
         _validate.in_range("counts", counts, 0, T + 1)
+        if not bool(torch.isfinite(hidden).all()):  # as load refuses them: a context row the drafter would read
+            raise ValueError("hidden: holds NaN or infinite values")
         start, counts = self.lens[rows], counts.to(torch.int64)
         if bs and int((start + counts).max()) > self.width:
             raise ValueError(f"counts: a row would pass the draft context width {self.width}")

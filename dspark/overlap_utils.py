@@ -43,6 +43,7 @@ class ConfidenceRing:
         _validate.same_length(rows=rows, confidence=confidence, generation=generation)
         if self.width is not None and self.width != confidence.shape[1]:
             raise ValueError(f"confidence: width {confidence.shape[1]} != relay width {self.width}")
+        _validate.probabilities("confidence", confidence)  # what a later budget reads as a survival factor
         if self._history:
             conf, gen = (t.clone() for t in self._history[-1])
         else:
@@ -114,7 +115,10 @@ class BudgetConfidence:
     def read(self, rows: torch.Tensor, confidence: torch.Tensor, generation: torch.Tensor,
              future_map: Optional["FutureMap"] = None) -> Optional[torch.Tensor]:
         """rows [n], this step's confidence [n, gamma], the rows' current generations [n] -> [n, gamma] or None."""
+        _validate.int_tensor("rows", rows)
         _validate.int_tensor("generation", generation)
+        if not isinstance(confidence, torch.Tensor) or confidence.dim() != 2:
+            raise ValueError("confidence: expected a [len(rows), gamma] tensor")
         _validate.same_length(rows=rows, confidence=confidence, generation=generation)
         if future_map is not None:
             lagged = future_map.resolve_confidence(rows)

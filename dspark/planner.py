@@ -25,11 +25,16 @@ from dspark.graph_buckets import graph_batch_size
 SURVIVAL_EPS = 1e-6
 
 
+def _matrix(name: str, t) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor) or t.dim() != 2:
+        raise ValueError(f"{name}: expected a [bs, gamma] tensor, got "
+                         f"{list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
+    return t
+
+
 def survival(confidence: torch.Tensor) -> torch.Tensor:
     """Cumulative product of the confidences along the gamma positions ([bs, gamma] -> [bs, gamma])."""
-    if not isinstance(confidence, torch.Tensor) or confidence.dim() != 2:
-        raise ValueError("confidence: expected a [bs, gamma] tensor")
-    _validate.probabilities("confidence", confidence)
+    _validate.probabilities("confidence", _matrix("confidence", confidence))
     return torch.cumprod(confidence.to(torch.float64), dim=1)
 
 
@@ -151,12 +156,13 @@ def compute_verify_token_budget(lagged_survival: torch.Tensor, table=None, *, ep
 
     Only cells with survival >= eps are candidates, so `0 <= b <= #valid <= bs*gamma`.
     """
-    if not isinstance(lagged_survival, torch.Tensor) or lagged_survival.dim() != 2:
-        raise ValueError("lagged_survival: expected a [bs, gamma] tensor")
-    bs, gamma = lagged_survival.shape
+    bs, gamma = _matrix("lagged_survival", lagged_survival).shape
     if force_budget_frac is not None:
         return forced_budget(force_budget_frac, bs, gamma)
+    _validate.probabilities("lagged_survival", lagged_survival)  # a NaN would drop out of the candidates unseen
     table = flat_sps_table() if table is None else table
+    if not isinstance(table, (SpsCostTable, SpsAdditiveCostTable)):
+        raise TypeError(f"table: expected an SpsCostTable or SpsAdditiveCostTable, got {type(table).__name__}")
     values = lagged_survival.reshape(-1)
     values = torch.sort(values[values >= eps], descending=True).values.tolist()
     best_b, best, tau = 0, table.throughput(bs, 0, float(bs)), float(bs)
@@ -173,7 +179,7 @@ def compute_verify_token_budget(lagged_survival: torch.Tensor, table=None, *, ep
 
 def select_cells(surv: torch.Tensor, budget: int, *, eps: float = SURVIVAL_EPS) -> torch.Tensor:
     """The top `budget` cells by (value desc, position asc, request asc); cells below eps are never picked. [bs, gamma] bool."""
-    bs, gamma = surv.shape
+    bs, gamma = _matrix("surv", surv).shape
     _validate.integer("budget", budget)
     # Cells laid out position-major (position asc, then request asc), so one stable descending sort by value
     # gives the whole (value desc, position asc, request asc) order.
@@ -188,7 +194,7 @@ def select_cells(surv: torch.Tensor, budget: int, *, eps: float = SURVIVAL_EPS) 
 def schedule_verify_lens(surv: torch.Tensor, budget: int, *, min_verify_len: int = 1, max_verify_len: Optional[int] = None,
                          eps: float = SURVIVAL_EPS, return_selected: bool = False):
     """`L_r = clamp(min_verify_len + picks_r, max(min_verify_len, 1), max_verify_len)`, int64 [bs]."""
-    bs, gamma = surv.shape
+    bs, gamma = _matrix("surv", surv).shape
     max_len = gamma + 1 if max_verify_len is None else max_verify_len
     _validate.nonnegative_int("min_verify_len", min_verify_len)
     if not max(min_verify_len, 1) <= _validate.integer("max_verify_len", max_len) <= gamma + 1:
@@ -223,7 +229,7 @@ class RaggedVerifyLayout:
         # The strided cells a row verifies, in row-major order: exactly the packed order.
         window = (torch.arange(width)[None, :] < lens[:, None]).reshape(-1).nonzero().flatten()
         total = int(window.shape[0])
-        rows = total if pad_to is None else pad_to
+        rows = total if pad_to is None else _validate.integer("pad_to", pad_to)
         if rows < total:
             raise ValueError(f"pad_to: {pad_to} is below the total verify tokens {total}")
         return cls(lens, width, window, rows)
@@ -257,6 +263,10 @@ class RaggedVerifyLayout:
 
     def pack(self, candidates: torch.Tensor) -> torch.Tensor:
         """Packed token ids from strided `candidates [bs, T]`; padding gets id 0."""
+        want = [self.verify_lens.shape[0], self.width]
+        if not isinstance(candidates, torch.Tensor) or list(candidates.shape) != want:
+            raise ValueError(f"candidates: expected {want} (bs, width), got "
+                             f"{list(candidates.shape) if isinstance(candidates, torch.Tensor) else type(candidates).__name__}")
         return self._padded(candidates.reshape(-1)[self.window], 0)
 
     def scatter(self, rows: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
@@ -268,15 +278,12 @@ class RaggedVerifyLayout:
         return out.reshape((bs, self.width) + tail)
 
 
-def pad_verify_lens_to_bucket(verify_lens: torch.Tensor, graph_num_tokens: int, padded_bs: int,
-                              cap: Optional[int] = None) -> torch.Tensor:
+def pad_verify_lens_to_bucket(verify_lens: torch.Tensor, graph_num_tokens: int, padded_bs: int) -> torch.Tensor:
     """Spread `graph_num_tokens - sum(L)` over the pad rows (`base + (i < rem)`), else onto the last real row."""
-    lens = _validate.int_tensor("verify_lens", verify_lens).to(torch.int64)
+    lens = _validate.int_tensor("verify_lens", verify_lens, nonnegative=True).to(torch.int64)
     bs = lens.shape[0]
     _validate.integer("graph_num_tokens", graph_num_tokens)
     _validate.integer("padded_bs", padded_bs)
-    if cap is not None:
-        _validate.positive_int("cap", cap)
     if padded_bs < bs:
         raise ValueError(f"padded_bs: {padded_bs} is below the batch size {bs}")
     left = graph_num_tokens - int(lens.sum())
@@ -291,7 +298,7 @@ def pad_verify_lens_to_bucket(verify_lens: torch.Tensor, graph_num_tokens: int, 
         out = lens.clone()
         if bs:
             out[-1] += left
-    return out if cap is None else out.clamp(max=cap)
+    return out
 
 
 # ---- one planner step ----------------------------------------------------------------
@@ -321,6 +328,9 @@ def plan_step(budget_confidence: torch.Tensor, confidence: torch.Tensor, *, veri
         raise ValueError(f"verify_mode: expected 'static', 'cap-accept' or 'compact', got {verify_mode!r}")
     if verify_mode == "static":
         return PlannedStep(None, None, None)
+    if _matrix("budget_confidence", budget_confidence).shape != _matrix("confidence", confidence).shape:
+        raise ValueError(f"budget_confidence: {list(budget_confidence.shape)} != confidence {list(confidence.shape)} "
+                         "(one lagged row per request of the step)")
     budget = compute_verify_token_budget(survival(budget_confidence), table, eps=eps, force_budget_frac=force_budget_frac)
     lens = schedule_verify_lens(survival(confidence), budget, min_verify_len=min_verify_len, max_verify_len=max_verify_len,
                                 eps=eps)

@@ -86,7 +86,8 @@ def batch_invariance(engine, case: LoopCase):
 LAW_TOL = 1e-9  # float64 laws; the engine and the oracle round differently
 
 
-@contract("LOOP-006", "exact, every step: every sampled row reports what its accept read, and for each the target law its accept reads at each verified column is "
+@contract("LOOP-006", "exact, every step: every sampled row reports what its accept read, and for each the target "
+          "law its accept reads at each verified column is "
           "the request's own sampling law (softmax(logits/T), then top-k, then top-p) of the target's logits after the "
           "committed tokens and the candidates before the column, from the independent float64 oracle; each draft is "
           "the Gumbel-max draw argmax(logits/T + noise) from the drafter's logits, and the draft law the accept scores "

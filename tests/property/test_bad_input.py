@@ -305,12 +305,27 @@ def test_draft_context_appends_are_checked_before_any_write():
     hidden = torch.zeros(1, 2, 3, dtype=torch.float64)
     for rows, h, counts, field in ((t([0]), hidden, t([-3]), "counts"), (t([0]), hidden, t([6]), "counts"),
                                    (t([0]), torch.zeros(1, 2, 4), t([1]), "hidden"), (t([2]), hidden, t([1]), "rows"),
-                                   (t([0]), hidden, t([1, 1]), "length mismatch")):
+                                   (t([0]), hidden, t([1, 1]), "length mismatch"),
+                                   (t([0, 0]), hidden.repeat(2, 1, 1), t([1, 1]), "rows: entries must be distinct"),
+                                   (t([0]), torch.full((1, 2, 3), float("nan")), t([1]), "hidden: holds NaN")):
         with pytest.raises(ValueError, match=field):
             pool.append(rows, h, counts)
     assert pool.lens.tolist() == [2, 0]
     with pytest.raises(ValueError, match="row"):
         pool.load(-1, torch.ones(1, 3, dtype=torch.float64))  # would wrap to the last row
+
+
+def test_the_carried_confidence_is_checked_as_the_relay_checks_it():
+    from dspark.overlap_utils import BudgetConfidence
+
+    bc = BudgetConfidence(POOL)
+    with pytest.raises(ValueError, match="confidence: values must lie in"):
+        bc.record(t([1]), torch.tensor([[float("nan"), 7.0]], dtype=torch.float64), t([1]))
+    assert bc.carry.width is None
+    with pytest.raises(TypeError, match="rows"):
+        bc.read([1, 2], torch.zeros(2, 2), t([1, 1]))
+    with pytest.raises(ValueError, match="confidence"):
+        bc.read(t([1, 2]), torch.zeros(2), t([1, 1]))
 
 
 def test_planner_arguments_name_the_field():
@@ -323,7 +338,16 @@ def test_planner_arguments_name_the_field():
         (lambda: planner.schedule_verify_lens(surv, 2, max_verify_len=0), ValueError, "max_verify_len"),
         (lambda: planner.schedule_verify_lens(surv, 2, min_verify_len=5, max_verify_len=9), ValueError, "max_verify_len"),
         (lambda: planner.plan_step(surv, surv, verify_mode="bogus"), ValueError, "verify_mode"),
-        (lambda: planner.pad_verify_lens_to_bucket(t([2, 2]), 8, 3, cap=0), ValueError, "cap"),
+        (lambda: planner.pad_verify_lens_to_bucket(t([-3, 2]), 8, 3), ValueError, "verify_lens"),
+        (lambda: planner.schedule_verify_lens(torch.ones(3), 1), ValueError, "surv"),
+        (lambda: planner.select_cells([[0.5]], 1), ValueError, "surv"),
+        (lambda: planner.compute_verify_token_budget(torch.tensor([[0.5, float("nan")]])), ValueError, "lagged_survival"),
+        (lambda: planner.compute_verify_token_budget(surv, "x"), TypeError, "table"),
+        (lambda: planner.plan_step(torch.full((5, 3), 0.5), surv, verify_mode="cap-accept"), ValueError,
+         "budget_confidence"),
+        (lambda: planner.RaggedVerifyLayout.from_lens(t([1, 2]), 3, pad_to=4.5), TypeError, "pad_to"),
+        (lambda: planner.RaggedVerifyLayout.from_lens(t([1, 2]), 3).pack(torch.zeros(2, 4, dtype=torch.int64)),
+         ValueError, "candidates"),
         (lambda: planner.pad_verify_lens_to_bucket(t([2, 2]), 8.5, 3), TypeError, "graph_num_tokens"),
         (lambda: planner.SpsAdditiveCostTable(1.0, ((1,),), ((1, 0.0),)), ValueError, "alpha_points"),
         (lambda: planner.SpsAdditiveCostTable(1.0, ((1, float("nan")),), ((1, 0.0),)), ValueError, "alpha_points"),

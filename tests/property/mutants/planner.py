@@ -55,19 +55,19 @@ def _scatter_shifted(self, rows, fill=0.0):
     return torch.roll(out, 1, dims=1) if out.numel() else out
 
 
-def _leftover_on_first_pad_row(verify_lens, graph_num_tokens, padded_bs, cap=None):
+def _leftover_on_first_pad_row(verify_lens, graph_num_tokens, padded_bs):
     lens = verify_lens.to(torch.int64)
     n_pad = padded_bs - lens.shape[0]
     if n_pad == 0:
-        return _real_pad(verify_lens, graph_num_tokens, padded_bs, cap)
+        return _real_pad(verify_lens, graph_num_tokens, padded_bs)
     pad = torch.zeros(n_pad, dtype=torch.int64)
     pad[0] = graph_num_tokens - int(lens.sum())
     return torch.cat([lens, pad])
 
 
-def _pad_rows_never_empty(verify_lens, graph_num_tokens, padded_bs, cap=None):
+def _pad_rows_never_empty(verify_lens, graph_num_tokens, padded_bs):
     """Every pad row gets at least one token: right unless the leftover is smaller than the pad rows."""
-    out = _real_pad(verify_lens, graph_num_tokens, padded_bs, cap)
+    out = _real_pad(verify_lens, graph_num_tokens, padded_bs)
     out[verify_lens.shape[0]:] = out[verify_lens.shape[0]:].clamp(min=1)
     return out
 

@@ -267,14 +267,19 @@ def pad_to_bucket(engine, case):
     tokens = sum(lens) + case.pad_extra
     if bs == 0 and case.padded_bs == 0:
         return
-    out = engine.pad_verify_lens_to_bucket(lens, tokens, case.padded_bs)
+    out = list(engine.pad_verify_lens_to_bucket(lens, tokens, case.padded_bs))
     expect_equal("sum(padded lens)", tokens, sum(out))
-    n_pad = case.padded_bs - bs
-    if n_pad:
-        base, rem = divmod(case.pad_extra, n_pad)
-        expect_equal("padded lens", lens + [base + (i < rem) for i in range(n_pad)], out)
-    else:
+    expect_equal("padded rows", case.padded_bs, len(out))
+    if case.padded_bs == bs:
         expect_equal("padded lens", lens[:-1] + [lens[-1] + case.pad_extra], out)
+        return
+    expect_equal("real rows' lens", lens, out[:bs])
+    # Spread evenly, extras first: non-negative, within one of each other, non-increasing. With the sum above
+    # these leave exactly one answer, base + (i < rem), stated here as properties rather than recomputed.
+    pads = out[bs:]
+    expect(min(pads) >= 0 and max(pads) - min(pads) <= 1 and pads == sorted(pads, reverse=True),
+           f"pad rows' lens (leftover {case.pad_extra} over {len(pads)} rows)",
+           "non-negative, within one of each other, the larger ones first", pads)
 
 
 @contract("PLAN-010", "one planner step: static mode sets no layout; otherwise every L is in [1, gamma+1], qo_indptr = "

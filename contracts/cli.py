@@ -38,7 +38,11 @@ def _output_path(flag: str, path):
     """An output file whose folder exists: checked before anything runs or is written."""
     if path is None:
         return None
+    if not path:
+        raise ValueError(f"{flag}: empty path, expected a file path")
     p = Path(path)
+    if p.exists() and not p.is_dir() and not p.is_file():  # /dev/stdout, a pipe: the run reads its JSON back
+        raise ValueError(f"{flag}: {path!r} is not a regular file (write the report to a file, then read it)")
     if p.is_dir():
         raise ValueError(f"{flag}: {path!r} is a directory, expected a file path")
     if not p.parent.is_dir():
@@ -158,7 +162,8 @@ def _run_check(args) -> int:
     try:  # fail fast with one line; the session reuses this adapter instead of loading it again
         engine = load_engine(spec)
     except EngineLoadError as e:
-        return _fail(str(e), ENGINE_ERROR)
+        source = "" if args.engine or not os.environ.get("DSPARK_ENGINE") else " (the engine named by $DSPARK_ENGINE)"
+        return _fail(f"{e}{source}", ENGINE_ERROR)
     try:
         engine_placement(engine, args.placement)
     except ValueError as e:
@@ -188,7 +193,9 @@ def _finish(args, engine, code: int, json_path: str) -> int:
             with open(args.json, "w") as f:
                 json.dump(data, f, indent=2)
         write_html(args.html, [data])
-        print(f"dspark-contracts: wrote {args.html}")
+    for path in (args.json, args.junitxml, args.html):
+        if path:
+            print(f"dspark-contracts: wrote {path}")
     result, message = exit_code(data, args.require, args.allow_skips)
     if code == 1 and result == OK:  # pytest saw a failure the table does not hold
         result, message = FAILED, "pytest reported a failure outside the contract table"
@@ -264,10 +271,18 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # a write that fails (a full disk) fails here, not in the interpreter's exit
+        return code
     except BrokenPipeError:  # `dspark-contracts list | head`: the reader left; say nothing more (Python's recipe)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except OSError as e:  # stdout or a report could not be written (a full disk): one line, not a traceback
+        try:
+            sys.stdout.flush()
+        except OSError:  # stdout itself: what is left of it goes nowhere, or the exit's flush fails again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return _fail(f"could not write: {e.strerror or e}", FAILED)
 
 
 if __name__ == "__main__":

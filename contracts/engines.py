@@ -54,7 +54,8 @@ def load_engine(spec: str):
     except EngineLoadError:
         raise
     except Exception as e:
-        raise EngineLoadError(f"{where} could not be loaded: {type(e).__name__}: {e}") from e
+        lines = str(e).splitlines() or [""]  # one line: a message's further lines are joined onto it
+        raise EngineLoadError(f"{where} could not be loaded: {type(e).__name__}: {' | '.join(lines)}") from e
     try:
         validate_adapter(engine)
     except (TypeError, ValueError) as e:

@@ -40,7 +40,10 @@ def validate_adapter(engine) -> None:
         raise TypeError(f"backend: expected a non-empty str or None, got {backend!r}")
     unknown = sorted(set(caps) - set(CAPABILITIES))
     if unknown:
-        raise ValueError(f"capabilities: unknown {', '.join(map(repr, unknown))}; known: {', '.join(sorted(CAPABILITIES))}")
+        hints = "".join(f"; for {u!r} did you mean {', '.join(close)}?" for u in unknown
+                        if (close := difflib.get_close_matches(u, list(CAPABILITIES), n=3, cutoff=0.5)))
+        raise ValueError(f"capabilities: unknown {', '.join(map(repr, unknown))}{hints} "
+                         f"(known: {', '.join(sorted(CAPABILITIES))})")
     gaps = []
     for cap in sorted(caps):
         spec = CAPABILITIES[cap]

@@ -38,6 +38,8 @@ def check_knobs(args) -> None:
             raise ValueError(f"{flag}: must be >= {low}, got {value}{why}")
     if not (math.isfinite(args.temperature) and args.temperature >= 0):
         raise ValueError(f"--temperature: must be a finite number >= 0 (0 = greedy), got {args.temperature}")
+    if not 0 <= args.seed < 2 ** 63:  # the toy models seed torch generators, which take a signed 64-bit seed
+        raise ValueError(f"--seed: must lie in [0, 2**63), got {args.seed}")
     frac = args.budget_frac
     if frac is not None and not (math.isfinite(frac) and 0 < frac <= 1):
         raise ValueError(f"--budget-frac: must lie in (0, 1], got {frac}")
@@ -100,8 +102,11 @@ def main(argv=None) -> int:
     steps = engine.records
     forwards = sum(len(r.rids) for r in steps)
     committed = sum(sum(r.commit_lens) for r in steps)
-    print(f"{len(steps)} steps, mean tau = {committed / max(forwards, 1):.3f} tokens per target forward "
-          f"(gamma+1 = {args.gamma + 1})")
+    if forwards:
+        print(f"{len(steps)} steps, mean tau = {committed / forwards:.3f} tokens per target forward "
+              f"(gamma+1 = {args.gamma + 1})")
+    else:  # a tau of 0 would read as a broken drafter
+        print("0 steps: every request ended at its prefill, so no verify ran (tau undefined)")
     if args.temperature == 0:
         same = all(out[r.rid] == target_greedy_decode(engine.target, r.prompt, args.max_new) for r in reqs)
         print(f"greedy output == plain greedy decoding of the target: {same}")

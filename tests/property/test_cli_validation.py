@@ -95,7 +95,8 @@ def test_load_engine_keeps_the_exception_type_and_labels_the_engine(tmp_path, mo
         "from contracts.adapters.reference import ReferenceAdapter\n"
         "class Renamed(ReferenceAdapter):\n    name = 'renamed'\n"
         "class Odd(ReferenceAdapter):\n    capabilities = frozenset({'kv-cache'})\n"
-        "def broken():\n    raise ImportError('no such backend')\n")
+        "def broken():\n    raise ImportError('no such backend')\n"
+        "def wordy():\n    raise ValueError('init failed\\nsecond line')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     assert engine_label(load_engine("eng_mod:Renamed")) == "renamed (eng_mod:Renamed)"
     assert engine_label(load_engine("reference")) == "reference"
@@ -103,6 +104,15 @@ def test_load_engine_keeps_the_exception_type_and_labels_the_engine(tmp_path, mo
         load_engine("eng_mod:broken")
     with pytest.raises(EngineLoadError, match=r"^engine 'eng_mod:Odd' is not a valid adapter: capabilities: unknown 'kv-cache'"):
         load_engine("eng_mod:Odd")
+    with pytest.raises(EngineLoadError, match=r"^engine 'eng_mod:wordy' could not be loaded: ValueError: init failed \| second line$"):
+        load_engine("eng_mod:wordy")
+
+
+def test_an_engine_from_the_environment_is_traced_to_it(monkeypatch, capsys):
+    monkeypatch.setenv("DSPARK_ENGINE", "nosuch")
+    assert cli.main(["check"]) == 4
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("dspark-contracts: unknown engine 'nosuch'") and err.endswith("$DSPARK_ENGINE)"), err
 
 
 # ---- argument checks -----------------------------------------------------------------------
@@ -144,6 +154,7 @@ def test_require_names_a_known_capability():
     (["--require", "grpah"], ["--require: unknown capability 'grpah'"]),
     (["--json", "/no/such/folder/r.json"], ["--json: the folder '/no/such/folder' does not exist"]),
     (["--html", "."], ["--html: '.' is a directory"]),
+    (["--json", ""], ["--json: empty path"]),
     (["--durations", "-1"], ["--durations: expected N >= 0"]),
     (["--profile", "ci", "--hypothesis-seed", "3"], ["--hypothesis-seed: the 'ci' profile is derandomized"]),
 ])
@@ -152,6 +163,16 @@ def test_bad_arguments_exit_2_before_the_engine_is_loaded(argv, words, capsys):
     code = cli.main(["check", "--engine", "not_installed_pkg:Factory", *argv])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and all(w in err for w in words), (code, err)
+
+
+def test_a_report_path_that_is_a_pipe_is_refused(tmp_path, capsys):
+    """`--json /dev/stdout | cat`: the run reads its JSON back, so it waited on its own pipe forever."""
+    import os
+
+    fifo = tmp_path / "out.json"
+    os.mkfifo(fifo)
+    assert cli.main(["check", "--engine", "not_installed_pkg:Factory", "--json", str(fifo)]) == 2
+    assert f"--json: {str(fifo)!r} is not a regular file" in capsys.readouterr().err
 
 
 def test_argparse_errors_are_one_line_and_exit_2(capsys):
@@ -224,6 +245,16 @@ def test_a_reader_that_leaves_early_ends_the_output_quietly(monkeypatch):
     with os.fdopen(write, "w") as out:
         monkeypatch.setattr(sys, "stdout", out)
         assert cli.main(["list"]) == 1  # and the rest of the output goes to /dev/null, not to a closed pipe
+
+
+def test_a_stdout_that_cannot_be_written_is_one_line(monkeypatch, capsys):
+    """`dspark-contracts list > /dev/full`: the failed write was a traceback (OSError: No space left on device)."""
+    import sys
+
+    with open("/dev/full", "w") as full:
+        monkeypatch.setattr(sys, "stdout", full)
+        assert cli.main(["list"]) == 1
+    assert capsys.readouterr().err.strip() == "dspark-contracts: could not write: No space left on device"
 
 
 @pytest.mark.parametrize("argv, style", [(["check"], "short"), (["check", "--tb", "long"], "long")])

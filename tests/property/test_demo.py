@@ -19,6 +19,8 @@ from dspark import demo
     (["--quiet-above", "-1"], "--quiet-above"),
     (["--gamma", "x"], "--gamma"),
     (["--mode", "dynamic"], "--mode"),
+    (["--seed", "-1"], "--seed"),
+    (["--seed", str(2 ** 70)], "--seed"),  # was torch's "Overflow when unpacking long long", no flag named
 ])
 def test_a_bad_knob_is_one_line_naming_it(argv, flag, capsys):
     try:
@@ -52,3 +54,9 @@ def test_short_runs_list_every_request_and_show_steps(capsys):
     out = capsys.readouterr().out
     assert "more requests" not in out and len(re.findall(r"^request \d+:", out, re.M)) == 2
     assert re.search(r"^step +\d+ +bs=2 ", out, re.M) and "greedy output == plain greedy decoding of the target: True" in out
+
+
+def test_a_run_without_decode_steps_reports_no_tau(capsys):
+    assert demo.main(["--max-new", "1"]) == 0  # the prefill's token is the only one: no verify, tau undefined
+    out = capsys.readouterr().out
+    assert "0 steps: every request ended at its prefill" in out and "tau = 0" not in out

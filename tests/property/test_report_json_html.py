@@ -61,6 +61,9 @@ def test_a_failed_contract_exits_1(failing_run):
     p, _, _ = failing_run
     assert p.returncode == 1, p.stdout + p.stderr
     assert "1 contract(s) failed: SCALE-001" in p.stderr
+    _, paths, _ = failing_run
+    for kind in ("json", "xml", "html"):  # every report is announced, not only the page
+        assert f"dspark-contracts: wrote {paths[kind]}" in p.stdout, p.stdout[-500:]
 
 
 def test_json_carries_engine_profile_and_the_violation(failing_run):

@@ -127,9 +127,13 @@ class DraftContextPool:
                              f"{list(hidden.shape) if isinstance(hidden, torch.Tensor) else type(hidden).__name__}")
         T = hidden.shape[1]
         _validate.in_range("rows", rows, 0, self.size)
-        _validate.unique("rows", rows)  # a row twice would keep only one of its writes
+        listed = rows.tolist()  # on the host: the step's hot path, where torch.unique costs a sort
+        if len(set(listed)) != len(listed):  # a row twice would keep only one of its writes
+            raise ValueError(f"rows: entries must be distinct, got {listed}")
         _validate.in_range("counts", counts, 0, T + 1)
-        if not bool(torch.isfinite(hidden).all()):  # as load refuses them: a context row the drafter would read
+        # As load refuses them (rows the drafter reads). One sum, not a mask: it is finite iff every entry is,
+        # short of float64 overflow.
+        if not bool(torch.isfinite(hidden.sum())):
             raise ValueError("hidden: holds NaN or infinite values")
         start, counts = self.lens[rows], counts.to(torch.int64)
         if bs and int((start + counts).max()) > self.width:

@@ -29,20 +29,37 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(BAD_ARGS)
 
 
+class _StdoutFailed(Exception):
+    """stdout could not be written (`list > /dev/full`), as opposed to an OSError of the engine or a report."""
+
+
+def _out(line: str = "", flush: bool = False) -> None:
+    try:
+        if line:
+            print(line)
+        if flush:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        raise _StdoutFailed(e.strerror or str(e)) from e
+
+
 def _fail(message: str, code: int) -> int:
     print(f"dspark-contracts: {message}", file=sys.stderr)
     return code
 
 
-def _output_path(flag: str, path):
-    """An output file whose folder exists: checked before anything runs or is written."""
+def _output_path(flag: str, path, read_back: bool = False):
+    """An output file whose folder exists: checked before anything runs or is written. One the run reads back
+    (`--json`) must be a regular file: on /dev/stdout piped on, the run would wait on its own pipe."""
     if path is None:
         return None
     if not path:
         raise ValueError(f"{flag}: empty path, expected a file path")
     p = Path(path)
-    if p.exists() and not p.is_dir() and not p.is_file():  # /dev/stdout, a pipe: the run reads its JSON back
-        raise ValueError(f"{flag}: {path!r} is not a regular file (write the report to a file, then read it)")
+    if read_back and p.exists() and not p.is_dir() and not p.is_file():
+        raise ValueError(f"{flag}: {path!r} is not a regular file; the run reads its JSON back, so write it to a file")
     if p.is_dir():
         raise ValueError(f"{flag}: {path!r} is a directory, expected a file path")
     if not p.parent.is_dir():
@@ -63,7 +80,7 @@ def _validate(args) -> None:
     if args.durations is not None and args.durations < 0:
         raise ValueError(f"--durations: expected N >= 0 (0 = all), got {args.durations}")
     for flag in ("json", "html", "junitxml"):
-        setattr(args, flag, _output_path(f"--{flag}", getattr(args, flag)))
+        setattr(args, flag, _output_path(f"--{flag}", getattr(args, flag), read_back=flag == "json"))
     if args.hypothesis_seed is not None:
         profile = args.profile or profiles.default_profile()
         if profile == "ci":  # Hypothesis ignores a seed when derandomize is on; say so rather than ignore it
@@ -189,13 +206,16 @@ def _finish(args, engine, code: int, json_path: str) -> int:
         from contracts.step_sample import sample_steps
 
         data["step_sample"] = sample_steps(engine)
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(data, f, indent=2)
-        write_html(args.html, [data])
+        try:
+            if args.json:
+                with open(args.json, "w") as f:
+                    json.dump(data, f, indent=2)
+            write_html(args.html, [data])
+        except OSError as e:  # a full disk: one line naming the file
+            return _fail(f"could not write {e.filename or args.html}: {e.strerror or e}", FAILED)
     for path in (args.json, args.junitxml, args.html):
         if path:
-            print(f"dspark-contracts: wrote {path}")
+            _out(f"dspark-contracts: wrote {path}")
     result, message = exit_code(data, args.require, args.allow_skips)
     if code == 1 and result == OK:  # pytest saw a failure the table does not hold
         result, message = FAILED, "pytest reported a failure outside the contract table"
@@ -217,7 +237,7 @@ def _report(args) -> int:
         write_html(html, runs)
     except (OSError, ValueError) as e:
         return _fail(str(e), BAD_ARGS)
-    print(f"dspark-contracts: wrote {html} ({len(runs)} run(s))")
+    _out(f"dspark-contracts: wrote {html} ({len(runs)} run(s))")
     return OK
 
 
@@ -225,7 +245,7 @@ def _list(args) -> int:
     from contracts.registry import all_contracts
 
     for c in all_contracts().values():
-        print(f"{c.id:<12} [{', '.join(sorted(c.requires))}] {c.statement}")
+        _out(f"{c.id:<12} [{', '.join(sorted(c.requires))}] {c.statement}")
     return OK
 
 
@@ -272,17 +292,14 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code = args.func(args)
-        sys.stdout.flush()  # a write that fails (a full disk) fails here, not in the interpreter's exit
+        _out(flush=True)  # a write that fails (a full disk) fails here, not in the interpreter's exit
         return code
     except BrokenPipeError:  # `dspark-contracts list | head`: the reader left; say nothing more (Python's recipe)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
-    except OSError as e:  # stdout or a report could not be written (a full disk): one line, not a traceback
-        try:
-            sys.stdout.flush()
-        except OSError:  # stdout itself: what is left of it goes nowhere, or the exit's flush fails again
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return _fail(f"could not write: {e.strerror or e}", FAILED)
+    except _StdoutFailed as e:  # one line, not a traceback; what is left of stdout goes nowhere (the exit's
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # flush would fail again)
+        return _fail(f"could not write to stdout: {e}", FAILED)
 
 
 if __name__ == "__main__":

@@ -206,6 +206,7 @@ def sampling_law(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0,
         if 0 < top_k < v:
             row = _cut(row, lambda x, r: sum(y > x for y in r) < top_k)
         if top_p < 1:
-            row = _cut(row, lambda x, r: math.fsum(y for y in r if y > x) < top_p)
+            # The sign of a correctly rounded sum is exact: no rounding of the mass before it meets top_p.
+            row = _cut(row, lambda x, r: math.fsum([*(y for y in r if y > x), -top_p]) < 0)
         rows[i] = row
     return torch.tensor(rows, dtype=torch.float64).reshape(p.shape)

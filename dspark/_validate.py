@@ -27,6 +27,14 @@ def int_tensor(name: str, value, *, ndim: int = 1, nonnegative: bool = False) ->
     return value
 
 
+def matrix(name: str, value, rows: int | None = None) -> torch.Tensor:
+    """Return `value` if it is a 2-D tensor (with `rows` rows when given: one per request), else raise naming `name`."""
+    if not isinstance(value, torch.Tensor) or value.dim() != 2 or (rows is not None and value.shape[0] != rows):
+        got = list(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+        raise ValueError(f"{name}: expected a [{'n' if rows is None else rows}, gamma] tensor, got {got}")
+    return value
+
+
 def same_length(**tensors: torch.Tensor) -> int:
     """Check that all given 1-D tensors have one length and return it."""
     lengths = {name: int(t.shape[0]) for name, t in tensors.items()}

@@ -46,9 +46,8 @@ class DraftInput(SpecInput):
         if self.nxt_kv_lens_cpu is not None:
             _validate.int_tensor("nxt_kv_lens_cpu", self.nxt_kv_lens_cpu, nonnegative=True)
             _validate.same_length(bonus_tokens=self.bonus_tokens, nxt_kv_lens_cpu=self.nxt_kv_lens_cpu)
-        if self.confidence is not None and (not isinstance(self.confidence, torch.Tensor) or self.confidence.dim() != 2
-                                            or self.confidence.shape[0] != self.bonus_tokens.shape[0]):
-            raise ValueError(f"confidence: expected a [{self.bonus_tokens.shape[0]}, gamma] tensor")
+        if self.confidence is not None:
+            _validate.matrix("confidence", self.confidence, rows=self.bonus_tokens.shape[0])
         self.bonus_tokens = self.bonus_tokens.to(torch.int64)
         self.new_seq_lens = self.new_seq_lens.to(torch.int64)
         bs, device = self.bonus_tokens.shape[0], self.bonus_tokens.device

@@ -131,16 +131,16 @@ class DraftContextPool:
         if len(set(listed)) != len(listed):  # a row twice would keep only one of its writes
             raise ValueError(f"rows: entries must be distinct, got {listed}")
         _validate.in_range("counts", counts, 0, T + 1)
-        # As load refuses them (rows the drafter reads). One sum, not a mask: it is finite iff every entry is,
-        # short of float64 overflow.
-        if not bool(torch.isfinite(hidden.sum())):
-            raise ValueError("hidden: holds NaN or infinite values")
         start, counts = self.lens[rows], counts.to(torch.int64)
         if bs and int((start + counts).max()) > self.width:
             raise ValueError(f"counts: a row would pass the draft context width {self.width}")
         keep = torch.arange(T)[None, :] < counts[:, None]
+        written = hidden[keep].to(torch.float64)
+        # As load refuses them (rows the drafter reads). One float64 sum, not a mask: finite iff every entry is.
+        if not bool(torch.isfinite(written.sum())):
+            raise ValueError("hidden: holds NaN or infinite values")
         slots = (rows * self.width + start)[:, None] + torch.arange(T)  # flat slot of each verify column
-        self.hiddens.view(-1, self.hidden_size)[slots[keep]] = hidden[keep].to(torch.float64)
+        self.hiddens.view(-1, self.hidden_size)[slots[keep]] = written
         self.lens[rows] = start + counts
 
     def context(self, row: int) -> torch.Tensor:

@@ -38,9 +38,8 @@ class ConfidenceRing:
     def push(self, rows: torch.Tensor, confidence: torch.Tensor, generation: torch.Tensor) -> None:
         self._check_rows(rows)
         _validate.int_tensor("generation", generation)
-        if not isinstance(confidence, torch.Tensor) or confidence.dim() != 2:
-            raise ValueError("confidence: expected a [len(rows), gamma] tensor")
-        _validate.same_length(rows=rows, confidence=confidence, generation=generation)
+        _validate.matrix("confidence", confidence, rows=rows.shape[0])
+        _validate.same_length(rows=rows, generation=generation)
         if self.width is not None and self.width != confidence.shape[1]:
             raise ValueError(f"confidence: width {confidence.shape[1]} != relay width {self.width}")
         _validate.probabilities("confidence", confidence)  # what a later budget reads as a survival factor
@@ -57,6 +56,13 @@ class ConfidenceRing:
     def width(self):
         """gamma of the confidence pushed so far; None before the first push."""
         return self._history[-1][0].shape[1] if self._history else None
+
+    def snapshot(self) -> dict[str, torch.Tensor]:
+        """Copies of the history: confidence [pushes, P, gamma] and generation [pushes, P]."""
+        conf = [c for c, _ in self._history]
+        gen = [g for _, g in self._history]
+        return {"ring_confidence": torch.stack(conf) if conf else torch.zeros(0),
+                "ring_generation": torch.stack(gen) if gen else torch.zeros(0)}
 
     def clear(self) -> None:
         """Forget every push (a path that starts again has no history)."""
@@ -117,9 +123,8 @@ class BudgetConfidence:
         """rows [n], this step's confidence [n, gamma], the rows' current generations [n] -> [n, gamma] or None."""
         _validate.int_tensor("rows", rows)
         _validate.int_tensor("generation", generation)
-        if not isinstance(confidence, torch.Tensor) or confidence.dim() != 2:
-            raise ValueError("confidence: expected a [len(rows), gamma] tensor")
-        _validate.same_length(rows=rows, confidence=confidence, generation=generation)
+        _validate.matrix("confidence", confidence, rows=rows.shape[0])
+        _validate.same_length(rows=rows, generation=generation)
         if future_map is not None:
             lagged = future_map.resolve_confidence(rows)
             if lagged is None:
@@ -182,8 +187,7 @@ class FutureMap:
         _validate.int_tensor("new_seq_lens", new_seq_lens, nonnegative=True)
         _validate.same_length(indices=indices, new_seq_lens=new_seq_lens)
         if confidence is not None:
-            if not isinstance(confidence, torch.Tensor) or confidence.dim() != 2 or confidence.shape[0] != rows.numel():
-                raise ValueError("confidence: expected a [len(indices), gamma] tensor")
+            _validate.matrix("confidence", confidence, rows=rows.numel())
             _validate.probabilities("confidence", confidence)
             width = self.confidence_ring.width
             if width is not None and width != confidence.shape[1]:
@@ -260,8 +264,6 @@ class FutureMap:
     def snapshot(self) -> dict[str, torch.Tensor]:
         """Copies of everything a call may change (the relay buffers, the consume-once flags, the confidence ring's
         history), for checking what it touched."""
-        history = self.confidence_ring._history
         return {"output_tokens_buf": self.output_tokens_buf.clone(), "new_seq_lens_buf": self.new_seq_lens_buf.clone(),
                 "fresh_seq_lens": self._fresh_seq_lens.clone(), "fresh_bonus": self._fresh_bonus.clone(),
-                "ring_confidence": torch.stack([c for c, _ in history]) if history else torch.zeros(0),
-                "ring_generation": torch.stack([g for _, g in history]) if history else torch.zeros(0)}
+                **self.confidence_ring.snapshot()}

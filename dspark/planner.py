@@ -25,16 +25,9 @@ from dspark.graph_buckets import graph_batch_size
 SURVIVAL_EPS = 1e-6
 
 
-def _matrix(name: str, t) -> torch.Tensor:
-    if not isinstance(t, torch.Tensor) or t.dim() != 2:
-        raise ValueError(f"{name}: expected a [bs, gamma] tensor, got "
-                         f"{list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
-    return t
-
-
 def survival(confidence: torch.Tensor) -> torch.Tensor:
     """Cumulative product of the confidences along the gamma positions ([bs, gamma] -> [bs, gamma])."""
-    _validate.probabilities("confidence", _matrix("confidence", confidence))
+    _validate.probabilities("confidence", _validate.matrix("confidence", confidence))
     return torch.cumprod(confidence.to(torch.float64), dim=1)
 
 
@@ -156,7 +149,7 @@ def compute_verify_token_budget(lagged_survival: torch.Tensor, table=None, *, ep
 
     Only cells with survival >= eps are candidates, so `0 <= b <= #valid <= bs*gamma`.
     """
-    bs, gamma = _matrix("lagged_survival", lagged_survival).shape
+    bs, gamma = _validate.matrix("lagged_survival", lagged_survival).shape
     if force_budget_frac is not None:
         return forced_budget(force_budget_frac, bs, gamma)
     _validate.probabilities("lagged_survival", lagged_survival)  # a NaN would drop out of the candidates unseen
@@ -179,7 +172,7 @@ def compute_verify_token_budget(lagged_survival: torch.Tensor, table=None, *, ep
 
 def select_cells(surv: torch.Tensor, budget: int, *, eps: float = SURVIVAL_EPS) -> torch.Tensor:
     """The top `budget` cells by (value desc, position asc, request asc); cells below eps are never picked. [bs, gamma] bool."""
-    bs, gamma = _matrix("surv", surv).shape
+    bs, gamma = _validate.matrix("surv", surv).shape
     _validate.integer("budget", budget)
     # Cells laid out position-major (position asc, then request asc), so one stable descending sort by value
     # gives the whole (value desc, position asc, request asc) order.
@@ -194,7 +187,7 @@ def select_cells(surv: torch.Tensor, budget: int, *, eps: float = SURVIVAL_EPS) 
 def schedule_verify_lens(surv: torch.Tensor, budget: int, *, min_verify_len: int = 1, max_verify_len: Optional[int] = None,
                          eps: float = SURVIVAL_EPS, return_selected: bool = False):
     """`L_r = clamp(min_verify_len + picks_r, max(min_verify_len, 1), max_verify_len)`, int64 [bs]."""
-    bs, gamma = _matrix("surv", surv).shape
+    bs, gamma = _validate.matrix("surv", surv).shape
     max_len = gamma + 1 if max_verify_len is None else max_verify_len
     _validate.nonnegative_int("min_verify_len", min_verify_len)
     if not max(min_verify_len, 1) <= _validate.integer("max_verify_len", max_len) <= gamma + 1:
@@ -328,7 +321,7 @@ def plan_step(budget_confidence: torch.Tensor, confidence: torch.Tensor, *, veri
         raise ValueError(f"verify_mode: expected 'static', 'cap-accept' or 'compact', got {verify_mode!r}")
     if verify_mode == "static":
         return PlannedStep(None, None, None)
-    if _matrix("budget_confidence", budget_confidence).shape != _matrix("confidence", confidence).shape:
+    if _validate.matrix("budget_confidence", budget_confidence).shape != _validate.matrix("confidence", confidence).shape:
         raise ValueError(f"budget_confidence: {list(budget_confidence.shape)} != confidence {list(confidence.shape)} "
                          "(one lagged row per request of the step)")
     budget = compute_verify_token_budget(survival(budget_confidence), table, eps=eps, force_budget_frac=force_budget_frac)

@@ -173,6 +173,8 @@ def test_a_report_path_that_is_a_pipe_is_refused(tmp_path, capsys):
     os.mkfifo(fifo)
     assert cli.main(["check", "--engine", "not_installed_pkg:Factory", "--json", str(fifo)]) == 2
     assert f"--json: {str(fifo)!r} is not a regular file" in capsys.readouterr().err
+    # Only the JSON is read back: the page and the JUnit file may go to a device.
+    assert cli.main(["check", "--engine", "not_installed_pkg:Factory", "--junitxml", "/dev/null"]) == 4
 
 
 def test_argparse_errors_are_one_line_and_exit_2(capsys):
@@ -254,7 +256,17 @@ def test_a_stdout_that_cannot_be_written_is_one_line(monkeypatch, capsys):
     with open("/dev/full", "w") as full:
         monkeypatch.setattr(sys, "stdout", full)
         assert cli.main(["list"]) == 1
-    assert capsys.readouterr().err.strip() == "dspark-contracts: could not write: No space left on device"
+    assert capsys.readouterr().err.strip() == "dspark-contracts: could not write to stdout: No space left on device"
+
+
+def test_an_engine_error_of_the_os_kind_is_not_read_as_a_full_stdout(monkeypatch):
+    """OSError is also what an engine raises for a missing file: only a failed stdout becomes the one line."""
+    def missing(*args):
+        raise FileNotFoundError(2, "No such file or directory", "/models/draft.safetensors")
+
+    monkeypatch.setattr(cli, "_list", missing)  # the parser binds the command when main builds it
+    with pytest.raises(FileNotFoundError, match="draft.safetensors"):
+        cli.main(["list"])
 
 
 @pytest.mark.parametrize("argv, style", [(["check"], "short"), (["check", "--tb", "long"], "long")])

@@ -80,7 +80,7 @@ def test_noise_that_moves_the_prefix_is_refused():
     ([0.5, 0.3, 0.2], 0, 1.0, [0.5, 0.3, 0.2]),
     ([0.5, 0.3, 0.2], 2, 1.0, [0.625, 0.375, 0.0]),
     ([0.2, 0.5, 0.3], 0, 0.6, [0.0, 0.625, 0.375]),  # 0.3 crosses 0.6: kept
-    ([0.5, 0.3, 0.2], 0, 0.5, [1.0, 0.0, 0.0]),  # 0.5 reaches 0.5: the run stops there
+    ([0.5, 0.3, 0.2], 0, 0.45, [1.0, 0.0, 0.0]),  # 0.5 alone passes 0.45: the run stops there
     ([0.4, 0.2, 0.4], 1, 1.0, [0.5, 0.0, 0.5]),  # a tie at the k-th place keeps both
     ([0.4, 0.4, 0.2], 0, 0.3, [0.5, 0.5, 0.0]),  # a tie at the top-p cut keeps both
     ([0.5, 0.3, 0.2], 2, 0.6, [1.0, 0.0, 0.0]),  # top-p reads the law top-k renormalised (0.625 >= 0.6)

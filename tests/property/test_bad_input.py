@@ -311,6 +311,8 @@ def test_draft_context_appends_are_checked_before_any_write():
         with pytest.raises(ValueError, match=field):
             pool.append(rows, h, counts)
     assert pool.lens.tolist() == [2, 0]
+    pool.append(t([1]), torch.full((1, 2, 3), 6e4, dtype=torch.float16), t([2]))  # finite, though its sum is not in fp16
+    assert pool.lens.tolist() == [2, 2]
     with pytest.raises(ValueError, match="row"):
         pool.load(-1, torch.ones(1, 3, dtype=torch.float64))  # would wrap to the last row
 

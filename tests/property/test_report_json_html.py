@@ -229,3 +229,8 @@ def test_a_known_failure_keeps_the_ledger_reason_and_the_violation_fields(pytest
     (row,) = json.loads(out.read_text())["contracts"]
     assert row["result"] == "known-failure" and "evidence: pretend" in row["detail"]
     assert row["failure"]["field"] == "scaled counts" and row["failure"]["case"].startswith("ScalingCase(")
+
+
+def test_a_report_that_cannot_be_written_names_its_file():
+    p = inprocess.check("--contract", "SCALE-001", "--html", "/dev/full", env={"CI": "true"})
+    assert p.returncode == 1 and p.stderr.strip().endswith("could not write /dev/full: No space left on device"), p.stderr

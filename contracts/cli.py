@@ -14,7 +14,7 @@ SUITE = Path(__file__).parent / "suite"
 OK, FAILED, BAD_ARGS, NOTHING_RAN, ENGINE_ERROR = 0, 1, 2, 3, 4
 EXIT_CODES = """exit codes:
   0  no contract failed, and at least one ran (passed, or failed as the known-failures ledger says)
-  1  a contract failed (or pytest stopped on an internal error)
+  1  a contract failed (or pytest stopped on an internal error), or a report or stdout could not be written
   2  bad arguments: unknown contract id or capability, bad -n, pytest-xdist missing, unusable output path,
      --device cuda without CUDA, a --backend this machine cannot run, or a --device/--backend the engine does not take
   3  nothing ran: every selected contract was skipped (pass --allow-skips to accept that),
@@ -48,6 +48,11 @@ def _out(line: str = "", flush: bool = False) -> None:
 def _fail(message: str, code: int) -> int:
     print(f"dspark-contracts: {message}", file=sys.stderr)
     return code
+
+
+def _write_failed(e: OSError, path: str) -> int:
+    """A report that could not be written (a full disk): one line naming the file, exit 1."""
+    return _fail(f"could not write {e.filename or path}: {e.strerror or e}", FAILED)
 
 
 def _output_path(flag: str, path, read_back: bool = False):
@@ -211,8 +216,8 @@ def _finish(args, engine, code: int, json_path: str) -> int:
                 with open(args.json, "w") as f:
                     json.dump(data, f, indent=2)
             write_html(args.html, [data])
-        except OSError as e:  # a full disk: one line naming the file
-            return _fail(f"could not write {e.filename or args.html}: {e.strerror or e}", FAILED)
+        except OSError as e:  # a full disk
+            return _write_failed(e, args.html)
     for path in (args.json, args.junitxml, args.html):
         if path:
             _out(f"dspark-contracts: wrote {path}")
@@ -234,7 +239,10 @@ def _report(args) -> int:
                 raise ValueError(f"{path}: not a `check --json` file ({e})") from None
         from contracts.html_report import write_html
 
-        write_html(html, runs)
+        try:
+            write_html(html, runs)
+        except OSError as e:  # the arguments were fine; the disk was not
+            return _write_failed(e, html)
     except (OSError, ValueError) as e:
         return _fail(str(e), BAD_ARGS)
     _out(f"dspark-contracts: wrote {html} ({len(runs)} run(s))")

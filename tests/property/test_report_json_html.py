@@ -180,6 +180,8 @@ def test_report_command_puts_each_run_in_its_own_column(failing_run, tmp_path, c
     assert "no step level" in out.read_text()
     assert cli.main(["report", str(tmp_path / "missing.json"), "--html", str(out)]) == 2
     assert "missing.json" in capsys.readouterr().err
+    assert cli.main(["report", str(paths[0]), "--html", "/dev/full"]) == 1  # a full disk, as under check
+    assert capsys.readouterr().err.strip() == "dspark-contracts: could not write /dev/full: No space left on device"
 
 
 def test_render_refuses_what_is_not_a_run():

@@ -87,7 +87,7 @@ def plan_cases(draw) -> PlanCase:
     capture = draw(st.sampled_from([None, (1, 2, 4, 8), (1, 3, 6)]), label="capture_bs")
     # Batches stay within every captured grid here (bs <= 6): past it SGLang drops the ragged layout by design
     # (ragged_layout_exceeds_captured_grid) and verifies all, which PLAN-010 would read as ignoring a forced
-    # fraction. Whether that fallback should keep the budget is an open question, not a settled contract.
+    # fraction; its profiler, the fraction's user, refuses to sweep past the captured graphs (dspark_sps_profiler).
     return PlanCase(draw(confidences(max_bs=6)), mode, sps, frac, capture)
 
 

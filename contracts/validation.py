@@ -40,8 +40,7 @@ def validate_adapter(engine) -> None:
         raise TypeError(f"backend: expected a non-empty str or None, got {backend!r}")
     unknown = sorted(set(caps) - set(CAPABILITIES))
     if unknown:
-        hints = "".join(f"; for {u!r} did you mean {', '.join(close)}?" for u in unknown
-                        if (close := difflib.get_close_matches(u, list(CAPABILITIES), n=3, cutoff=0.5)))
+        hints = "".join(f"; for {u!r} did you mean {', '.join(close)}?" for u in unknown if (close := _close(u, CAPABILITIES)))
         raise ValueError(f"capabilities: unknown {', '.join(map(repr, unknown))}{hints} "
                          f"(known: {', '.join(sorted(CAPABILITIES))})")
     gaps = []
@@ -55,8 +54,12 @@ def validate_adapter(engine) -> None:
         raise TypeError("capabilities: declared but not implemented: " + "; ".join(gaps))
 
 
+def _close(value: str, known: Iterable[str]) -> list:
+    return difflib.get_close_matches(value, list(known), n=3, cutoff=0.5)
+
+
 def _suggest(value: str, known: Iterable[str]) -> str:
-    close = difflib.get_close_matches(value, list(known), n=3, cutoff=0.5)
+    close = _close(value, known)
     return f"; did you mean {', '.join(close)}?" if close else ""
 
 

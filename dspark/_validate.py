@@ -27,11 +27,15 @@ def int_tensor(name: str, value, *, ndim: int = 1, nonnegative: bool = False) ->
     return value
 
 
+def shape_of(value):
+    """What an error reports for a value that should have been a tensor of some shape: its shape, or its type."""
+    return list(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+
+
 def matrix(name: str, value, rows: int | None = None) -> torch.Tensor:
     """Return `value` if it is a 2-D tensor (with `rows` rows when given: one per request), else raise naming `name`."""
     if not isinstance(value, torch.Tensor) or value.dim() != 2 or (rows is not None and value.shape[0] != rows):
-        got = list(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
-        raise ValueError(f"{name}: expected a [{'n' if rows is None else rows}, gamma] tensor, got {got}")
+        raise ValueError(f"{name}: expected a [{'n' if rows is None else rows}, gamma] tensor, got {shape_of(value)}")
     return value
 
 
@@ -62,8 +66,10 @@ def probabilities(name: str, t: torch.Tensor) -> None:
 
 
 def unique(name: str, t: torch.Tensor) -> None:
-    if t.numel() != torch.unique(t).numel():
-        raise ValueError(f"{name}: entries must be distinct, got {t.tolist()}")
+    """Check the entries of a 1-D tensor are distinct: on the host, since torch.unique pays a sort for a few rows."""
+    values = t.tolist()
+    if len(set(values)) != len(values):
+        raise ValueError(f"{name}: entries must be distinct, got {values}")
 
 
 def integer(name: str, value) -> int:

@@ -123,13 +123,10 @@ class DraftContextPool:
         bs = _validate.same_length(rows=_validate.int_tensor("rows", rows), counts=_validate.int_tensor("counts", counts))
         if not isinstance(hidden, torch.Tensor) or hidden.dim() != 3 or hidden.shape[0] != bs or \
                 hidden.shape[2] != self.hidden_size:
-            raise ValueError(f"hidden: expected [{bs}, T, {self.hidden_size}], got "
-                             f"{list(hidden.shape) if isinstance(hidden, torch.Tensor) else type(hidden).__name__}")
+            raise ValueError(f"hidden: expected [{bs}, T, {self.hidden_size}], got {_validate.shape_of(hidden)}")
         T = hidden.shape[1]
         _validate.in_range("rows", rows, 0, self.size)
-        listed = rows.tolist()  # on the host: the step's hot path, where torch.unique costs a sort
-        if len(set(listed)) != len(listed):  # a row twice would keep only one of its writes
-            raise ValueError(f"rows: entries must be distinct, got {listed}")
+        _validate.unique("rows", rows)  # a row twice would keep only one of its writes
         _validate.in_range("counts", counts, 0, T + 1)
         start, counts = self.lens[rows], counts.to(torch.int64)
         if bs and int((start + counts).max()) > self.width:

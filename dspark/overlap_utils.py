@@ -38,11 +38,8 @@ class ConfidenceRing:
     def push(self, rows: torch.Tensor, confidence: torch.Tensor, generation: torch.Tensor) -> None:
         self._check_rows(rows)
         _validate.int_tensor("generation", generation)
-        _validate.matrix("confidence", confidence, rows=rows.shape[0])
         _validate.same_length(rows=rows, generation=generation)
-        if self.width is not None and self.width != confidence.shape[1]:
-            raise ValueError(f"confidence: width {confidence.shape[1]} != relay width {self.width}")
-        _validate.probabilities("confidence", confidence)  # what a later budget reads as a survival factor
+        self.check_confidence(confidence, rows.shape[0])
         if self._history:
             conf, gen = (t.clone() for t in self._history[-1])
         else:
@@ -51,6 +48,14 @@ class ConfidenceRing:
         rows = rows.cpu().to(torch.int64)
         conf[rows], gen[rows] = confidence.cpu().to(torch.float64), generation.cpu().to(torch.int64)
         self._history = (self._history + [(conf, gen)])[-self.lag:]
+
+    def check_confidence(self, confidence, n: int) -> None:
+        """Raise unless `confidence` is [n, gamma] probabilities (what a later budget reads as survival factors) of
+        the width pushed so far."""
+        _validate.matrix("confidence", confidence, rows=n)
+        if self.width is not None and self.width != confidence.shape[1]:
+            raise ValueError(f"confidence: width {confidence.shape[1]} != relay width {self.width}")
+        _validate.probabilities("confidence", confidence)
 
     @property
     def width(self):
@@ -187,11 +192,7 @@ class FutureMap:
         _validate.int_tensor("new_seq_lens", new_seq_lens, nonnegative=True)
         _validate.same_length(indices=indices, new_seq_lens=new_seq_lens)
         if confidence is not None:
-            _validate.matrix("confidence", confidence, rows=rows.numel())
-            _validate.probabilities("confidence", confidence)
-            width = self.confidence_ring.width
-            if width is not None and width != confidence.shape[1]:
-                raise ValueError(f"confidence: width {confidence.shape[1]} != relay width {width}")
+            self.confidence_ring.check_confidence(confidence, rows.numel())
             if generation is None:
                 raise ValueError("generation: required with confidence (the publishing requests' row generations)")
             _validate.int_tensor("generation", generation)

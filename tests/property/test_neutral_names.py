@@ -46,7 +46,7 @@ def test_dp_level_modules_name_no_engine_attribute(path):
 
 
 def test_the_adapters_table_maps_every_neutral_dp_field():
-    from contracts.adapters.sglang_names import FIELD_NAMES
+    from contracts.adapters.sglang.names import FIELD_NAMES
 
     assert set(FIELD_NAMES) == set(dp.ALL_FIELDS), f"FIELD_NAMES does not cover {set(dp.ALL_FIELDS) ^ set(FIELD_NAMES)}"
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from contracts.adapters import sglang_env
+from contracts.adapters.sglang import env as sglang_env
 
 
 def _load(name):

@@ -8,7 +8,7 @@ settings `dspark-contracts check` uses. Runs only where sglang 0.5.23 is install
 import pytest
 
 from contracts import ledger
-from contracts.adapters import sglang_env
+from contracts.adapters.sglang import env as sglang_env
 from contracts.boundary.engine import PlanCase
 from contracts.boundary.verify import VerifyCase
 from contracts.registry import all_contracts

@@ -7,7 +7,7 @@ and reads `CONFIDENCE_RELAY_RING_LAG` publishes back. Giving the host path the s
 import pytest
 import torch
 
-from contracts.adapters import sglang_env
+from contracts.adapters.sglang import env as sglang_env
 from contracts.registry import all_contracts
 from contracts.runner import _call as check_case
 from contracts.runner import run_contract

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from contracts.adapters import vllm_env
+from contracts.adapters.vllm import env as vllm_env
 
 
 def expand_written_back(output, input_val, cu_num_tokens, replace_from, replace_to, MAX_NUM_TOKENS=None):

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from contracts import ledger
-from contracts.adapters import vllm_env
+from contracts.adapters.vllm import env as vllm_env
 from contracts.boundary.dp import DpPaddingCase
 from contracts.boundary.verify import VerifyCase
 from contracts.registry import all_contracts

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import torch
 
-from contracts.adapters.sglang_names import dp_fields, set_dp_inputs
+from contracts.adapters.reference.names import dp_fields, set_dp_inputs
 from contracts.boundary.dp import DpPaddingCase, DpPaddingRank, DpPaddingRun, DpSyncCase, DpSyncObservation
 from dspark import dp_padding, forward_batch_info, spec_info
 from dspark.draft_input import DraftInput

@@ -14,7 +14,7 @@ import sys
 import time
 from collections import OrderedDict
 
-from contracts.adapters import sglang_names
+from contracts.adapters.reference import names as sglang_names
 from contracts.boundary.ranks import RankRunFailure, RankScenario, RanksRun, RankStep, TpRankResult, TpRun, TpScenario
 from contracts.strategies.ranks import tp_inputs
 from dspark import dp_runner, spec_tp_sync

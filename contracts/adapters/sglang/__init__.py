@@ -13,7 +13,7 @@ not run on CPU are not declared; their contracts are reported as skipped.
 from __future__ import annotations
 
 from contracts import protocol
-from contracts.adapters import sglang_env
+from contracts.adapters.sglang import env as sglang_env
 from contracts.adapters.sglang.dp import SGLangDpMetadata
 from contracts.adapters.sglang.draft_level import SGLangDraft
 from contracts.adapters.sglang.graph import SGLangGraph

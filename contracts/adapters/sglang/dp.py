@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 from contracts.adapters.sglang.draft import build_draft_side, idle_participation, propose
 from contracts.adapters.sglang.runtime import CPU, runtime
-from contracts.adapters.sglang_names import dp_fields, set_dp_inputs
+from contracts.adapters.sglang.names import dp_fields, set_dp_inputs
 from contracts.boundary.dp import DpSyncCase, DpSyncObservation
 
 PREFIX = 10  # committed tokens per request; the fill does not read them

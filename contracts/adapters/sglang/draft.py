@@ -25,7 +25,7 @@ from types import SimpleNamespace
 
 import torch
 
-from contracts.adapters import sglang_env
+from contracts.adapters.sglang import env as sglang_env
 from contracts.adapters.sglang.runtime import CPU, cpu_kernels, runtime, single_rank_tp_sync
 
 DRAFT_VOCAB = 64

@@ -29,7 +29,7 @@ from array import array
 
 import torch
 
-from contracts.adapters import sglang_env
+from contracts.adapters.sglang import env as sglang_env
 from contracts.adapters.patching import patched
 
 CPU = torch.device("cpu")

@@ -21,7 +21,7 @@ the handoff, kv, graph, planner, draft, step and ranks levels (no DSpark in vLLM
 from __future__ import annotations
 
 from contracts import protocol
-from contracts.adapters import vllm_env
+from contracts.adapters.vllm import env as vllm_env
 from contracts.adapters.vllm.dp import VLLMDpPadding
 from contracts.adapters.vllm.verify import VLLMVerify
 

@@ -38,7 +38,7 @@ class VLLMDpPaddingProgram:
         self.rank, self.cfg = rank, cfg
 
     def run(self):
-        from contracts.adapters import vllm_env
+        from contracts.adapters.vllm import env as vllm_env
 
         vllm_env.prepare_vllm_import()
         from vllm.config import CUDAGraphMode, ParallelConfig
@@ -116,7 +116,7 @@ _RUNS: dict = {}  # (case, fingerprint) -> run: contracts share their pinned exa
 
 class VLLMDpPadding:
     def coordinate_dp_padding(self, case: DpPaddingCase) -> DpPaddingRun:
-        from contracts.adapters import vllm_env
+        from contracts.adapters.vllm import env as vllm_env
 
         vllm_env.prepare_vllm_import()  # imported before the ranks fork, so they share it
         if not _TEMPLATE:

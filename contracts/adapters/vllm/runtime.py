@@ -23,7 +23,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from contracts.adapters import vllm_env
+from contracts.adapters.vllm import env as vllm_env
 
 CPU = torch.device("cpu")
 _SEED_STRIDE = 1_000_003  # per-request seeds: seed * stride + row

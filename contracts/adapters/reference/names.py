@@ -1,6 +1,6 @@
-"""SGLang's names for the DP level's engine-neutral fields (contracts.boundary.dp): SGLang 0.5.23's ForwardBatch
-attributes, which the reference engine's ForwardBatch mirrors, and the scheduler-batch fields they are filled from. Both
-adapters read and set their engine through this module."""
+"""The reference engine's names for the DP level's engine-neutral fields (contracts.boundary.dp): `dspark`'s
+ForwardBatch attributes (SGLang's names, which it mirrors) and the scheduler-batch fields they are filled from. The
+reference pack keeps its own map: a pack never reads another pack's, so each follows its own engine."""
 
 import copy
 

@@ -11,7 +11,7 @@ into microbatches. The plans are all-gathered, and every rank takes the same dec
   alone (graph sizes under graphs, tokens otherwise); ranks that do not run in lockstep are not padded at all.
 
 An idle rank (no tokens) still takes part: its plan has 0 tokens. `coordinate` is one rank's whole step, with the
-all-gather handed in (dspark.dp_runner's collectives on real ranks, or any function returning every rank's plan).
+all-gather handed in (a collective across real rank processes, or any function returning every rank's plan).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Real DP-attention ranks: one process per rank, torch.distributed collectives between them.
+"""A DP-attention rank's program: what one rank of a DP group does each decode step, under SGLang's names.
 
 Each rank holds its own decode batch (an idle rank holds none) and, per step:
 
@@ -14,35 +14,17 @@ Each rank holds its own decode batch (an idle rank holds none) and, per step:
 4. ``draft_tokens``: all-gathers its draft rows, padded to that size, and trims every
    peer's chunk to the scaled count it holds for that peer.
 
-Every rank reports plain data per step (lists and ints) to the parent. A collective that
-does not complete within ``timeout_s`` fails (gloo process-group timeout, backed by a
-watchdog in the parent); the parent then stops every rank and raises `RankFailure`
-naming the rank at fault. No child outlives `run_dp`.
-
-The program a rank runs is the `RankProgram` class, passed to the children as a class
-reference (data), so a subclass defined in an importable module reaches spawned ranks too.
-
-Backends and processes: gloo on the CPU (ranks forked: a spawned rank re-imports torch,
-seconds per rank), NCCL with one GPU per rank when there are enough (ranks spawned).
-Only loopback is used: the rendezvous store listens on 127.0.0.1 (port chosen by the OS)
-in the parent, and gloo is pinned to the loopback interface.
+Every rank reports plain data per step (lists and ints). This module holds the DSpark side only: the run's
+`DpRunConfig`, its per-rank inputs, the tier arithmetic and `RankProgram`. Whoever starts the rank processes
+builds ``RankProgram(rank, cfg, comm)`` on each and calls ``run()``; the program talks to its peers only through
+``comm``: ``comm.device``, ``comm.entered`` (collectives entered so far) and ``comm.all_gather(step, op, tensor)``
+(every rank's tensor, in rank order, on the CPU), with ``op`` one of `OPS`.
 """
 
 from __future__ import annotations
 
-import ctypes
-import faulthandler
-import os
 import random
-import shutil
-import socket
-import sys
-import tempfile
-import time
-import traceback
-from dataclasses import dataclass, field
-from datetime import timedelta
-from multiprocessing import connection as mp_connection
+from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
 import torch
@@ -53,32 +35,6 @@ from dspark.spec_info import draft_query_width
 OPS = ("counts", "views", "draft_tokens")  # the collectives of one step, in order, on every rank
 ROW_FIELDS = ("token", "src_rank", "req", "pos")  # columns of a draft-buffer row
 PAD = -1  # padding rows of the gather buffer hold PAD in every column
-
-DEFAULT_TIMEOUT_S = 30.0  # per collective; read at call time
-DEFAULT_STARTUP_TIMEOUT_S = 60.0
-
-# Progress board: a few int64 slots per rank, written by the rank, read by the parent. _POS packs
-# (collectives entered, canonical index of the last one) into one word, so one read sees both.
-_STATE, _POS, _COMPLETED = range(3)
-_SLOTS = 3
-_SHIFT = 32
-STARTING, RUNNING, IN_COLLECTIVE, DONE, FAILED = range(5)
-_STATE_NAMES = ("starting", "running", "in a collective", "done", "failed")
-
-
-class RankFailure(RuntimeError):
-    """A DP run that did not complete: `rank` is the rank at fault, `kind` says how.
-
-    kind: "desync" (a rank skipped or repeated a collective), "died" (exited without
-    reporting), "error" (raised outside a collective), "timeout" (a collective or the
-    watchdog ran out of time), "startup" (ranks never formed the process group).
-    """
-
-    def __init__(self, rank: Optional[int], kind: str, message: str, *, step=None, op=None, ranks=None):
-        self.rank, self.kind, self.step, self.op = rank, kind, step, op
-        self.ranks = dict(ranks or {})  # rank -> one-line status
-        self.tracebacks: dict = {}  # rank -> the traceback a failing rank reported
-        super().__init__(message)
 
 
 @dataclass(frozen=True)
@@ -98,9 +54,6 @@ class DpRunConfig:
     max_running_requests: int = 8
     mask_token_id: int = 0
     seed: int = 0
-    timeout_s: Optional[float] = None  # None: DEFAULT_TIMEOUT_S at call time
-    startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
-    payload: Optional[tuple] = None  # plain data for a rank program other than RankProgram (picklable)
 
     def __post_init__(self):
         validate_config(self)
@@ -137,10 +90,6 @@ def validate_config(cfg: DpRunConfig) -> None:
             for b in budgets:
                 if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 0):
                     raise ValueError(f"verify_budgets[{s}]: entries are None or non-negative ints, got {list(budgets)}")
-    if cfg.timeout_s is not None and not cfg.timeout_s > 0:
-        raise ValueError(f"timeout_s: must be > 0, got {cfg.timeout_s}")
-    if not cfg.startup_timeout_s > 0:
-        raise ValueError(f"startup_timeout_s: must be > 0, got {cfg.startup_timeout_s}")
 
 
 def seeded_config(seed: int, world_size: int, steps: int, *, max_bs: int = 4, idle_fraction: float = 0.4,
@@ -200,38 +149,16 @@ def _budget(cfg: DpRunConfig, step: int, rank: int) -> Optional[int]:
 
 # ---------------------------------------------------------------- the rank program
 
-class Collectives:
-    """The rank's only door to its peers: every collective is counted on the progress board."""
-
-    def __init__(self, rank: int, world_size: int, board, device: torch.device):
-        self.rank, self.world_size, self.board, self.device = rank, world_size, board, device
-        self._base = rank * _SLOTS
-
-    def _set(self, slot: int, value: int) -> None:
-        self.board[self._base + slot] = value
-
-    @property
-    def entered(self) -> int:
-        return self.board[self._base + _POS] >> _SHIFT
-
-    def all_gather(self, step: int, op: str, tensor: torch.Tensor) -> List[torch.Tensor]:
-        import torch.distributed as dist
-
-        entered = self.entered + 1
-        self._set(_POS, (entered << _SHIFT) | (step * len(OPS) + OPS.index(op)))
-        self._set(_STATE, IN_COLLECTIVE)
-        tensor = tensor.to(self.device).contiguous()
-        out = [torch.empty_like(tensor) for _ in range(self.world_size)]
-        dist.all_gather(out, tensor)
-        self._set(_COMPLETED, self.board[self._base + _COMPLETED] + 1)
-        self._set(_STATE, RUNNING)
-        return [t.cpu() for t in out]
-
-
 class RankProgram:
     """What one DP rank does each step. Subclass and override a method to inject a fault."""
 
-    def __init__(self, rank: int, cfg: DpRunConfig, comm: Collectives):
+    OPS = OPS
+
+    def __init__(self, rank: int, cfg: DpRunConfig, comm):
+        if not isinstance(cfg, DpRunConfig):
+            raise TypeError(f"cfg: expected a DpRunConfig, got {type(cfg).__name__}")
+        if cfg.world_size != comm.world_size:
+            raise ValueError(f"cfg.world_size: {cfg.world_size} ranks configured, {comm.world_size} running")
         self.rank, self.cfg, self.comm = rank, cfg, comm
         self.device = comm.device
         self.buckets = None
@@ -365,379 +292,3 @@ class RankProgram:
             obs["collectives"] = self.comm.entered - before
             out.append(obs)
         return out
-
-
-# ---------------------------------------------------------------- process plumbing
-
-@dataclass(frozen=True)
-class _Launch:
-    cfg: DpRunConfig
-    backend: str
-    timeout_s: float
-    loopback: Optional[str]
-    log_dir: str  # each rank's stderr goes to rank<r>.stderr here, quoted when the rank dies
-
-
-@dataclass
-class DpRunResult:
-    observations: List[List[dict]]  # [rank][step]
-    backend: str
-    start_method: str
-    wall_s: float
-    world_size: int = field(init=False)
-
-    def __post_init__(self):
-        self.world_size = len(self.observations)
-
-
-def _loopback_ifname() -> Optional[str]:
-    try:
-        for _, name in socket.if_nameindex():
-            if name == "lo" or name.startswith("lo"):
-                return name
-    except OSError:
-        pass
-    return None
-
-
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this rank if the parent dies, so a killed test run leaves no rank behind."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
-    except (OSError, AttributeError):
-        pass
-
-
-@dataclass(frozen=True)
-class _ProgramRef:
-    """A rank program class as data: module, qualname and the directory its top package lives in.
-
-    A spawned rank imports the module afresh. A module that is importable in the parent only
-    because the caller's working directory is on sys.path (``python -m pytest``), or because
-    pytest imported it by path (``--import-mode=importlib``), is found through ``root``.
-    """
-
-    module: str
-    qualname: str
-    root: Optional[str]
-
-    @classmethod
-    def of(cls, program) -> "_ProgramRef":
-        module = sys.modules.get(program.__module__)
-        path = getattr(module, "__file__", None)
-        root = None
-        if path:
-            root = os.path.dirname(os.path.abspath(path))
-            for _ in range(program.__module__.count(".") + (os.path.basename(path) == "__init__.py")):
-                root = os.path.dirname(root)
-        return cls(program.__module__, program.__qualname__, root)
-
-    def resolve(self):
-        import importlib
-
-        try:
-            module = importlib.import_module(self.module)
-        except ModuleNotFoundError:
-            if self.root is None or self.root in sys.path:
-                raise
-            sys.path.insert(0, self.root)
-            module = importlib.import_module(self.module)
-        obj = module
-        for part in self.qualname.split("."):
-            obj = getattr(obj, part)
-        return obj
-
-
-def _rank_main(rank: int, launch: _Launch, program_ref: _ProgramRef, board, conn, release) -> None:
-    """Entry point of a rank process. Reports ("ok", obs) or ("error", ...) through `conn`."""
-    base = rank * _SLOTS
-    try:
-        _die_with_parent()
-        faulthandler.disable()  # a forked rank inherits the parent's handler, which would dump the parent's stack
-        log = os.open(os.path.join(launch.log_dir, f"rank{rank}.stderr"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.dup2(log, 2)  # C++ aborts (gloo) write here; the parent quotes the tail if this rank dies
-        os.close(log)
-        torch.set_num_threads(1)
-        if launch.backend == "gloo" and launch.loopback:
-            os.environ["GLOO_SOCKET_IFNAME"] = launch.loopback  # loopback only
-        if not conn.poll(launch.cfg.startup_timeout_s):
-            raise TimeoutError("no rendezvous address from the parent")
-        host, port = conn.recv()
-        import torch.distributed as dist
-
-        store = dist.TCPStore(host, port, None, False, timeout=timedelta(seconds=launch.cfg.startup_timeout_s))
-        device = torch.device("cpu")
-        if launch.backend == "nccl":
-            device = torch.device("cuda", rank % torch.cuda.device_count())
-            torch.cuda.set_device(device)
-        dist.init_process_group(launch.backend, store=store, rank=rank, world_size=launch.cfg.world_size,
-                                timeout=timedelta(seconds=launch.timeout_s))
-        board[base + _STATE] = RUNNING
-        program = program_ref.resolve()(rank, launch.cfg, Collectives(rank, launch.cfg.world_size, board, device))
-        obs = program.run()
-        board[base + _STATE] = DONE
-        conn.send(("ok", obs))
-        # Stay connected until every peer is done: an early exit would turn a peer's
-        # timeout into a "connection closed" error and blur who is at fault.
-        release.wait(launch.cfg.startup_timeout_s + launch.timeout_s * (len(OPS) * launch.cfg.steps + 1))
-        dist.destroy_process_group()
-    except BaseException as e:  # noqa: BLE001 - everything goes back to the parent
-        in_collective = board[base + _STATE] == IN_COLLECTIVE
-        board[base + _STATE] = FAILED
-        try:
-            conn.send(("error", {"type": type(e).__name__, "message": str(e).strip().splitlines()[0] if str(e).strip() else "",
-                                 "in_collective": in_collective, "traceback": traceback.format_exc(limit=6)}))
-            conn.close()
-        finally:
-            os._exit(1)  # skip process-group teardown: peers may be gone
-
-
-def _board_row(board, rank: int) -> dict:
-    b = rank * _SLOTS
-    pos = board[b + _POS]
-    index = pos & ((1 << _SHIFT) - 1)
-    return {"state": board[b + _STATE], "entered": pos >> _SHIFT, "completed": board[b + _COMPLETED],
-            "step": index // len(OPS), "op": index % len(OPS), "index": index}
-
-
-def _position(row: dict) -> int:
-    """The number of collectives a rank that follows the program has entered at its last one."""
-    return row["index"] + 1 if row["entered"] else 0
-
-
-def _where(row: dict) -> str:
-    if not row["entered"]:
-        return "before its first collective"
-    where = "in" if row["state"] == IN_COLLECTIVE else "after"
-    return f"{where} step {row['step']} collective '{OPS[row['op']]}' (#{row['entered']})"
-
-
-def _stderr_tail(log_dir: str, rank: int, limit: int = 300) -> str:
-    try:
-        with open(os.path.join(log_dir, f"rank{rank}.stderr"), errors="replace") as f:
-            lines = [ln.strip() for ln in f.read().splitlines() if ln.strip()]
-    except OSError:
-        return ""
-    return " | ".join(ln[:limit] for ln in lines[-2:])
-
-
-def _diagnose(world: int, board, exitcodes: dict, errors: dict, results: dict, timeout_s: float,
-              reason: str, log_dir: str) -> RankFailure:
-    rows = {r: _board_row(board, r) for r in range(world)}
-    status = {}
-    for r in range(world):
-        row, err = rows[r], errors.get(r)
-        if r in results:
-            status[r] = "finished"
-        elif err is not None:
-            where = _where({**row, "state": IN_COLLECTIVE if err["in_collective"] else RUNNING})
-            status[r] = f"{err['type']} {where}: {err['message'][:200]}"
-        elif exitcodes.get(r) is not None:
-            tail = _stderr_tail(log_dir, r)
-            status[r] = f"exited with code {exitcodes[r]} {_where(row)} without reporting" + (f" (stderr: {tail})" if tail else "")
-        else:
-            status[r] = f"{_STATE_NAMES[row['state']]}, {_where(row)}"
-    peers = "; ".join(f"rank {r}: {s}" for r, s in status.items())
-
-    def fail(rank, kind, what):
-        row = rows[rank]
-        return RankFailure(rank, kind, f"DP rank {rank} {what} [{reason}; timeout {timeout_s:g}s] — {peers}",
-                           step=row["step"] if row["entered"] else None,
-                           op=OPS[row["op"]] if row["entered"] else None, ranks=status)
-
-    # 1. A rank whose collective count does not match its place in the program skipped or repeated one.
-    for r in range(world):
-        row = rows[r]
-        expected = len(OPS) * len(results[r]) if r in results else _position(row)
-        if row["entered"] != expected:
-            return fail(r, "desync", f"is out of step with the collective sequence: it entered {row['entered']} "
-                                     f"collectives but its last one is step {row['step']} collective '{OPS[row['op']]}', "
-                                     f"which is collective #{expected} of the "
-                                     f"program (a skipped or extra collective)")
-    # 2. A rank that died without saying why.
-    for r in range(world):
-        if r not in errors and r not in results and exitcodes.get(r) not in (None, 0):
-            return fail(r, "died", f"died mid-step (exit code {exitcodes[r]}) {_where(rows[r])}")
-    # 3. A rank that raised outside a collective.
-    for r in range(world):
-        if r in errors and not errors[r]["in_collective"]:
-            e = errors[r]
-            return fail(r, "error", f"raised {e['type']} {_where(rows[r])}: {e['message'][:300]}")
-    # 4. A rank behind its peers never reached the collective they wait in.
-    live = [r for r in range(world) if r not in results]
-    if live:
-        ahead = max(rows[r]["entered"] for r in range(world))
-        behind = [r for r in live if rows[r]["entered"] < ahead]
-        if behind:
-            r = min(behind, key=lambda x: (rows[x]["entered"], x))
-            return fail(r, "timeout", f"never reached the collective its peers wait in (it is {_where(rows[r])})")
-        timed_out = "watchdog" in reason or any("imed out" in e["message"] for e in errors.values())
-        if len(live) == 1:
-            return fail(live[0], "timeout" if timed_out else "error", f"did not complete {_where(rows[live[0]])}")
-        return RankFailure(None, "timeout" if timed_out else "error",
-                           f"DP ranks {live} all stalled at the same point, none behind another [{reason}; timeout "
-                           f"{timeout_s:g}s] — {peers}", ranks=status)
-    return RankFailure(None, "error", f"DP run failed [{reason}] — {peers}", ranks=status)
-
-
-def _backend(world_size: int) -> str:
-    """NCCL when every rank can have a GPU of its own, else gloo on the CPU."""
-    import torch.distributed as dist
-
-    if torch.cuda.is_available() and dist.is_nccl_available() and torch.cuda.device_count() >= world_size:
-        return "nccl"
-    return "gloo"
-
-
-def _terminate(procs) -> None:
-    for p in procs:
-        if p.is_alive():
-            p.terminate()
-    deadline = time.monotonic() + 5.0
-    for p in procs:
-        p.join(max(0.0, deadline - time.monotonic()))
-    for p in procs:
-        if p.is_alive():
-            p.kill()
-            p.join(5.0)
-
-
-def run_dp(cfg: DpRunConfig, *, program=None, start_method: Optional[str] = None,
-           backend: Optional[str] = None, watchdog_s: Optional[float] = None) -> DpRunResult:
-    """Run `cfg` on `cfg.world_size` rank processes; return each rank's per-step observations.
-
-    `program` (default: this module's `RankProgram`, looked up at call time) reaches the
-    children as a class reference. Raises `RankFailure` naming the rank at fault when a
-    rank fails, dies, skips a collective or a collective times out. The parent's watchdog
-    (default: the collective timeout plus max(2 s, half of it)) catches a hang that no
-    collective timeout reports.
-    """
-    import multiprocessing as mp
-
-    import torch.distributed as dist
-
-    validate_config(cfg)
-    program = program if program is not None else globals()["RankProgram"]
-    backend = backend or _backend(cfg.world_size)
-    if start_method is None:
-        start_method = "fork" if backend == "gloo" and "fork" in mp.get_all_start_methods() else "spawn"
-    timeout_s = float(cfg.timeout_s if cfg.timeout_s is not None else DEFAULT_TIMEOUT_S)
-    ctx = mp.get_context(start_method)
-    world = cfg.world_size
-    log_dir = tempfile.mkdtemp(prefix="dspark-dp-")
-    launch = _Launch(cfg, backend, timeout_s, _loopback_ifname(), log_dir)
-    board = ctx.RawArray(ctypes.c_int64, world * _SLOTS)
-    release = ctx.Event()
-    pipes = [ctx.Pipe(duplex=True) for _ in range(world)]
-    procs = [ctx.Process(target=_rank_main, args=(r, launch, _ProgramRef.of(program), board, pipes[r][1], release),
-                         name=f"dspark-dp-rank-{r}", daemon=True) for r in range(world)]
-    conns = [p[0] for p in pipes]
-    t0 = time.monotonic()
-    store = None
-    results: dict = {}
-    errors: dict = {}
-    exitcodes: dict = {}
-    try:
-        for p in procs:
-            p.start()
-        for _, child_end in pipes:
-            child_end.close()
-        # The store lives in the parent and is created after the fork, so no child inherits its server thread.
-        store = dist.TCPStore("127.0.0.1", 0, None, True, timeout=timedelta(seconds=cfg.startup_timeout_s),
-                              wait_for_workers=False)
-        for c in conns:
-            c.send(("127.0.0.1", store.port))
-        failure_reason = None
-        last_sig, last_change = None, time.monotonic()
-        if watchdog_s is None:
-            watchdog_s = timeout_s + max(2.0, 0.5 * timeout_s)
-        open_conns = {c: r for r, c in enumerate(conns)}
-        while len(results) < world and failure_reason is None:
-            ready = mp_connection.wait(list(open_conns) + [p.sentinel for p in procs if p.exitcode is None], timeout=0.05)
-            for obj in ready:
-                r = open_conns.get(obj)
-                if r is None:
-                    continue
-                try:
-                    kind, payload = obj.recv()
-                except (EOFError, OSError):
-                    del open_conns[obj]
-                    continue
-                if kind == "ok":
-                    results[r] = payload
-                else:
-                    errors[r] = payload
-                del open_conns[obj]
-            for r, p in enumerate(procs):
-                if p.exitcode is not None and r not in results and r not in errors:
-                    # a clean report may still be in the pipe: read it before calling the rank dead
-                    c = conns[r]
-                    if c in open_conns and c.poll(0):
-                        continue
-                    exitcodes[r] = p.exitcode
-            if errors:
-                failure_reason = "a rank failed"
-            elif exitcodes:
-                failure_reason = "a rank exited"
-            else:
-                rows = [_board_row(board, r) for r in range(world)]
-                now = time.monotonic()
-                sig = tuple((x["state"], x["entered"], x["completed"]) for x in rows)
-                if sig != last_sig:
-                    last_sig, last_change = sig, now
-                started = all(x["state"] != STARTING for x in rows)
-                if not started and now - t0 > cfg.startup_timeout_s:
-                    failure_reason = f"ranks did not start within {cfg.startup_timeout_s:g}s"
-                elif started and now - last_change > watchdog_s:
-                    failure_reason = f"watchdog: no progress for {watchdog_s:g}s"
-        if failure_reason is not None:
-            # let the peers' own errors (timeouts, closed connections) arrive to name the culprit
-            grace = 0.25 if failure_reason.startswith(("watchdog", "ranks did not start")) else min(1.0, 0.25 + 0.1 * timeout_s)
-            grace_end = time.monotonic() + grace
-            while time.monotonic() < grace_end and open_conns:
-                for obj in mp_connection.wait(list(open_conns), timeout=0.05):
-                    r = open_conns.pop(obj)
-                    try:
-                        kind, payload = obj.recv()
-                    except (EOFError, OSError):
-                        continue
-                    (results if kind == "ok" else errors)[r] = payload
-            for r, p in enumerate(procs):
-                if p.exitcode is not None and r not in results and r not in errors:
-                    exitcodes[r] = p.exitcode
-            _terminate(procs)
-            failure = _diagnose(world, board, exitcodes, errors, results, timeout_s, failure_reason, log_dir)
-            failure.tracebacks = {r: e["traceback"] for r, e in errors.items()}
-            if failure_reason.startswith("ranks did not start") and failure.kind == "timeout":
-                failure.kind = "startup"
-            raise failure
-        release.set()
-        for p in procs:
-            p.join(timeout_s + 5.0)
-        return DpRunResult([results[r] for r in range(world)], backend, start_method, time.monotonic() - t0)
-    finally:
-        _terminate(procs)
-        for c in conns:
-            c.close()
-        del store
-        shutil.rmtree(log_dir, ignore_errors=True)
-
-
-def _main(argv=None) -> int:  # `python -m dspark.dp_runner WORLD STEPS [SEED]`: a quick manual run
-    argv = sys.argv[1:] if argv is None else argv
-    world, steps = int(argv[0]) if argv else 2, int(argv[1]) if len(argv) > 1 else 3
-    seed = int(argv[2]) if len(argv) > 2 else 0
-    res = run_dp(seeded_config(seed, world, steps))
-    for s in range(steps):
-        o = res.observations[0][s]
-        print(f"step {s}: raw {o['raw_counts']} scaled {o['global_num_tokens_cpu']} graph_bs {o['graph_bs']} "
-              f"verify_tier {o['verify_tier']} gathered_rows {len(o['gathered_rows'])}")
-    print(f"{world} ranks x {steps} steps in {res.wall_s:.2f}s ({res.backend}, {res.start_method})")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(_main())

@@ -57,6 +57,11 @@ class RankRunFailure:
     kind: str  # desync | died | error | timeout | startup
     message: str
 
+    @classmethod
+    def of(cls, failure) -> "RankRunFailure":
+        """From the launcher's `RankFailure` (contracts.launcher), or any exception with `rank` and `kind`."""
+        return cls(failure.rank, failure.kind, str(failure))
+
 
 @dataclass(frozen=True)
 class RanksRun:
@@ -96,6 +101,12 @@ class TpRankResult:
     cap_trim: Tuple[int, ...]
     commit_len: Tuple[int, ...]
     new_seq_lens: Tuple[int, ...]
+
+    @classmethod
+    def of(cls, rank: int, local, lens, correct, bonus, trim, commit, new_seq) -> "TpRankResult":
+        """From a rank's tensors (or sequences) of ints, in field order."""
+        ints = lambda t: tuple(int(x) for x in (t.tolist() if hasattr(t, "tolist") else t))  # noqa: E731
+        return cls(int(rank), *(ints(t) for t in (local, lens, correct, bonus, trim, commit, new_seq)))
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,12 @@
 """Fixed multi-rank scenarios: process spawning is slow, so the ranks contracts run these, not 100 draws.
 
 Chosen so that each one has idle ranks, an all-idle step, a rank without a verify
-budget, a step whose largest rank overflows the captured graph buckets, and a step
-where scaled counts would pick a different bucket than request counts.
+budget, a step whose largest rank's scaled token count overflows the captured graph
+buckets, and a step where scaled counts would pick a different bucket than request
+counts.
+
+For a tensor-parallel scenario, also what each rank computes from it (`tp_inputs`) and how an engine's TP rank
+program runs it (`run_tp`, on the launcher's rank processes).
 """
 
 from __future__ import annotations
@@ -10,7 +14,8 @@ from __future__ import annotations
 import torch
 from hypothesis import strategies as st
 
-from contracts.boundary.ranks import RankScenario, TpScenario
+from contracts.boundary.ranks import RankRunFailure, RankScenario, TpRun, TpScenario
+from contracts.launcher import RankFailure, launch
 
 TWO_RANKS = RankScenario(
     name="2-ranks-Q4",
@@ -80,3 +85,13 @@ def tp_inputs(scenario: TpScenario, rank: int):
         conf = (conf + scenario.divergence * (torch.rand(bs, gamma, generator=drift, dtype=torch.float64) - 0.5)).clamp(0, 1)
         logits = logits + scenario.divergence * torch.rand(logits.shape, generator=drift, dtype=torch.float64)
     return conf, torch.cat([anchor, drafts], 1), logits, prefix
+
+
+def run_tp(scenario: TpScenario, program, backend: str = "gloo") -> TpRun:
+    """`program(rank, scenario, comm)` on `scenario.world_size` rank processes; each rank's run() returns
+    [its TpRankResult] (one step)."""
+    try:
+        result = launch(program, scenario, scenario.world_size, backend=backend)
+    except RankFailure as e:
+        return TpRun(scenario, (), RankRunFailure.of(e))
+    return TpRun(scenario, tuple(obs[0] for obs in result.observations), None)

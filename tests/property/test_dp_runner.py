@@ -1,4 +1,6 @@
-"""`dspark.dp_runner`: real DP ranks as processes, their failures, and that none outlives a run."""
+"""`dspark.dp_runner`: the DSpark DP rank program on real rank processes (started by `contracts.launcher`), its
+config, tier arithmetic and per-rank inputs, and its faults named by rank. The launcher's own supervision and
+diagnosis are tested with neutral programs in test_launcher.py."""
 
 from __future__ import annotations
 
@@ -14,41 +16,16 @@ import torch
 from hypothesis import HealthCheck, given, settings
 
 from contracts.adapters.reference import ReferenceAdapter
-from contracts.adapters.reference.ranks import scenario_config
+from contracts.adapters.reference.ranks import run_dp, scenario_config
+from contracts.launcher import RankFailure
 from contracts.registry import all_contracts
 from contracts.runner import run_contract
 from contracts.strategies.ranks import small_rank_scenarios
 from contracts.violation import ContractViolation
 from dspark import dp_runner
-from dspark.dp_runner import DpRunConfig, RankFailure, expected_local_rows, run_dp, seeded_config
+from dspark.dp_runner import DpRunConfig, RankProgram, expected_local_rows, seeded_config
 from tests.property.mutants import ranks as rank_mutants
-
-
-def _os_children() -> set:
-    """PIDs whose parent is this process, zombies included (Linux /proc); multiprocessing's own
-    resource tracker, which lives as long as this process by design, is left out."""
-    me, out = os.getpid(), set()
-    for entry in Path("/proc").iterdir() if Path("/proc/self/stat").exists() else ():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            cmd = (entry / "cmdline").read_bytes()
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == me and b"resource_tracker" not in cmd:
-            out.add(int(entry.name))
-    return out
-
-
-@pytest.fixture(autouse=True)
-def no_orphans():
-    before_mp, before_os = set(multiprocessing.active_children()), _os_children()
-    yield
-    left = [p for p in multiprocessing.active_children() if p not in before_mp]
-    assert left == [], f"rank processes outlived the run: {left}"
-    assert _os_children() - before_os == set(), "child processes (or zombies) left behind"
+from tests.property.rank_processes import no_orphans  # noqa: F401 - autouse fixture
 
 
 def _bucket(cfg, raw):
@@ -84,22 +61,26 @@ def _check_run(cfg: DpRunConfig, observations):
 
 @pytest.mark.parametrize("world_size, seed", [(2, 3), (4, 11)])
 def test_ranks_agree_and_rows_arrive_intact(world_size, seed):
-    cfg = seeded_config(seed, world_size, steps=4, idle_fraction=0.5, gamma=3, timeout_s=20.0)
+    cfg = seeded_config(seed, world_size, steps=4, idle_fraction=0.5, gamma=3)
     assert any(0 in row for row in cfg.batch_sizes), "the seed should give idle ranks"
-    result = run_dp(cfg)
+    result = run_dp(cfg, timeout_s=20.0)
     assert (result.backend, result.start_method) == ("gloo", "fork") or torch.cuda.is_available()
     _check_run(cfg, result.observations)
 
 
 def test_idle_and_all_idle_steps_and_single_rank():
     cfg = DpRunConfig(2, ((0, 0), (0, 3), (9, 0)), ((0, 0), (0, None), (4, 0)), gamma=2, sample_from_anchor=False,
-                      max_running_requests=16, timeout_s=20.0)
-    obs = run_dp(cfg).observations
+                      max_running_requests=16)
+    obs = run_dp(cfg, timeout_s=20.0).observations
     _check_run(cfg, obs)
     assert [obs[0][s]["verify_tier"] for s in range(3)] == [None, None, 13]  # all 0; rank without budget; max
     assert obs[1][2]["graph_bs"] is None  # 9 requests exceed the largest captured bucket (8)
-    single = DpRunConfig(1, ((2,), (0,)), timeout_s=20.0)
-    _check_run(single, run_dp(single).observations)
+    single = DpRunConfig(1, ((2,), (0,)))
+    _check_run(single, run_dp(single, timeout_s=20.0).observations)
+
+
+def test_program_declares_its_collectives():
+    assert RankProgram.OPS == dp_runner.OPS == ("counts", "views", "draft_tokens")
 
 
 def test_verify_tier_arithmetic():
@@ -119,7 +100,6 @@ def test_verify_tier_arithmetic():
     (dict(world_size=2, batch_sizes=((1, 0),), verify_budgets=((1, 2, 3),)), r"verify_budgets\[0\]"),
     (dict(world_size=2, batch_sizes=((1, 0), (0, 0)), verify_budgets=((1, 2),)), "verify_budgets"),
     (dict(world_size=2, batch_sizes=((1, -1),)), r"batch_sizes\[0\]"),
-    (dict(world_size=2, batch_sizes=((1, 0),), timeout_s=0), "timeout_s"),
 ])
 def test_bad_input_names_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):
@@ -132,60 +112,32 @@ def test_seeded_config_rejects_empty_world():
         seeded_config(0, 0, 3)
 
 
-def test_rank_that_dies_mid_step_is_named():
-    cfg = DpRunConfig(4, ((1, 0, 2, 1), (2, 1, 0, 1), (1, 1, 1, 1)), timeout_s=10.0)
-    t0 = time.monotonic()
-    with pytest.raises(RankFailure, match=r"DP rank 1 died mid-step \(exit code 17\)") as caught:
-        run_dp(cfg, program=rank_mutants.DiesMidStep)
-    assert time.monotonic() - t0 < cfg.timeout_s
-    assert (caught.value.rank, caught.value.kind, caught.value.step) == (1, "died", rank_mutants.DYING_STEP)
+class _Comm:
+    world_size, device = 2, torch.device("cpu")
 
 
-def test_rank_that_raises_is_named_with_its_error():
-    cfg = DpRunConfig(3, ((1, 0, 2), (2, 1, 0)), timeout_s=10.0)
-    t0 = time.monotonic()
-    with pytest.raises(RankFailure, match="DP rank 1 raised ValueError .*injected failure") as caught:
-        run_dp(cfg, program=rank_mutants.RaisesMidStep)
-    assert time.monotonic() - t0 < cfg.timeout_s
-    assert (caught.value.rank, caught.value.kind) == (1, "error")
-    assert "raise ValueError" in caught.value.tracebacks[1]
-
-
-def test_stalled_rank_turns_into_a_timeout_naming_it():
-    cfg = DpRunConfig(2, ((1, 2), (2, 1), (1, 1)), timeout_s=1.0)  # healthy collectives take milliseconds
-    t0 = time.monotonic()
-    with pytest.raises(RankFailure, match="DP rank 1 never reached") as caught:
-        run_dp(cfg, program=rank_mutants.StallsMidStep)
-    elapsed = time.monotonic() - t0
-    assert caught.value.kind == "timeout" and caught.value.rank == 1
-    assert cfg.timeout_s <= elapsed < cfg.timeout_s + 6.0
-    assert "Timed out" in str(caught.value) or "timed out" in str(caught.value).lower()
-
-
-def test_parent_watchdog_catches_a_hang_no_collective_reports():
-    cfg = DpRunConfig(2, ((1, 2), (2, 1), (1, 1)), timeout_s=60.0)  # the gloo timeout would come far too late
-    t0 = time.monotonic()
-    with pytest.raises(RankFailure, match=r"DP rank 1 never reached .*watchdog: no progress for 1s") as caught:
-        run_dp(cfg, program=rank_mutants.StallsMidStep, watchdog_s=1.0)
-    assert time.monotonic() - t0 < 10.0
-    assert (caught.value.rank, caught.value.kind) == (1, "timeout")
+def test_program_refuses_a_config_that_does_not_fit_the_run():
+    with pytest.raises(TypeError, match="cfg: expected a DpRunConfig"):
+        RankProgram(0, (2, ((1, 1),)), _Comm())
+    with pytest.raises(ValueError, match="cfg.world_size"):
+        RankProgram(0, DpRunConfig(3, ((1, 1, 1),)), _Comm())
 
 
 def test_idle_rank_that_skips_a_collective_is_named_within_the_timeout():
-    cfg = DpRunConfig(2, ((2, 0), (1, 1)), timeout_s=rank_mutants.SHORT_TIMEOUT_S)
+    cfg = DpRunConfig(2, ((2, 0), (1, 1)))
     t0 = time.monotonic()
-    with pytest.raises(RankFailure, match="DP rank 1 is out of step") as caught:
-        run_dp(cfg, program=rank_mutants.IdleRankSkipsGather)
-    assert time.monotonic() - t0 < cfg.timeout_s + 6.0
-    assert (caught.value.rank, caught.value.kind) == (1, "desync")
+    with pytest.raises(RankFailure, match="rank 1 is out of step") as caught:
+        run_dp(cfg, rank_mutants.IdleRankSkipsGather, timeout_s=rank_mutants.SHORT_TIMEOUT_S)
+    assert time.monotonic() - t0 < rank_mutants.SHORT_TIMEOUT_S + 6.0
+    assert (caught.value.rank, caught.value.kind, caught.value.step) == (1, "desync", 1)
 
 
 def test_skip_in_the_last_collective_still_fails_by_timeout():
-    cfg = DpRunConfig(2, ((1, 1), (3, 0)), timeout_s=1.0)  # rank 1 is idle only in the last step
+    cfg = DpRunConfig(2, ((1, 1), (3, 0)))  # rank 1 is idle only in the last step
     t0 = time.monotonic()
-    with pytest.raises(RankFailure, match="DP rank 1 is out of step") as caught:
-        run_dp(cfg, program=rank_mutants.IdleRankSkipsGather)
-    assert time.monotonic() - t0 < cfg.timeout_s + 6.0
+    with pytest.raises(RankFailure, match="rank 1 is out of step") as caught:
+        run_dp(cfg, rank_mutants.IdleRankSkipsGather, timeout_s=1.0)
+    assert time.monotonic() - t0 < 1.0 + 6.0
     assert "rank 0: RuntimeError in step 1 collective 'draft_tokens'" in str(caught.value)
 
 
@@ -204,8 +156,8 @@ def test_fault_reaches_spawned_ranks():
 
     One rank only: a spawned rank imports torch afresh, which costs seconds on this machine.
     """
-    cfg = DpRunConfig(1, ((3,), (0,)), timeout_s=30.0)
-    result = run_dp(cfg, program=rank_mutants.ScaledOriginalOnRankZero, start_method="spawn")
+    cfg = DpRunConfig(1, ((3,), (0,)))
+    result = run_dp(cfg, rank_mutants.ScaledOriginalOnRankZero, timeout_s=30.0, start_method="spawn")
     assert result.start_method == "spawn"
     obs = result.observations[0]
     assert obs[0]["original_global_num_tokens_cpu"] == [12]  # the broken proposer ran in the spawned rank
@@ -216,16 +168,16 @@ def test_fault_reaches_spawned_ranks():
 @given(scenario=small_rank_scenarios())
 def test_drawn_scenarios(scenario):
     """A few drawn scenarios (world 1-4, any gamma, both draft widths), each one multi-process run."""
-    cfg = scenario_config(scenario, timeout_s=20.0)
-    _check_run(cfg, run_dp(cfg).observations)
+    cfg = scenario_config(scenario)
+    _check_run(cfg, run_dp(cfg, timeout_s=20.0).observations)
 
 
 @pytest.mark.gpu
 def test_nccl_ranks():
     if torch.cuda.device_count() < 2:
         pytest.skip("NCCL ranks need one GPU each; fewer than 2 GPUs")
-    cfg = seeded_config(5, 2, steps=3, timeout_s=60.0)
-    result = run_dp(cfg, backend="nccl")
+    cfg = seeded_config(5, 2, steps=3)
+    result = run_dp(cfg, timeout_s=60.0, backend="nccl")
     assert result.backend == "nccl"
     _check_run(cfg, result.observations)
 
@@ -233,9 +185,9 @@ def test_nccl_ranks():
 @pytest.mark.bench
 @pytest.mark.parametrize("world_size", [4, 8, 16])
 def test_bench_dp_ranks(benchmark, world_size):
-    cfg = seeded_config(world_size, world_size, steps=8, max_bs=8, idle_fraction=0.3, timeout_s=60.0)
+    cfg = seeded_config(world_size, world_size, steps=8, max_bs=8, idle_fraction=0.3)
     results = []
-    benchmark.pedantic(lambda: results.append(run_dp(cfg)), rounds=2, iterations=1)
+    benchmark.pedantic(lambda: results.append(run_dp(cfg, timeout_s=60.0)), rounds=2, iterations=1)
     _check_run(cfg, results[-1].observations)
     info = {"world_size": world_size, "steps": cfg.steps, "cpus": os.cpu_count(),
             "run_s": [round(r.wall_s, 3) for r in results], "backend": results[-1].backend}

@@ -1,4 +1,5 @@
-"""Ranks level of the reference adapter: `dspark.dp_runner` on real rank processes (gloo, loopback).
+"""Ranks level of the reference adapter: `dspark.dp_runner.RankProgram` (DP) and a TP verify step with
+`dspark.spec_tp_sync`, on real rank processes started by the launcher (`contracts.launcher`; gloo, loopback).
 
 A run costs a few process starts, so each scenario runs once per pytest process and its
 observations serve every ranks contract. The cache key holds the rank program, the
@@ -8,15 +9,15 @@ collective timeout and the identity of every dspark function a rank calls, so a 
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import sys
 import time
 from collections import OrderedDict
 
+from contracts import launcher
 from contracts.adapters.reference import names as sglang_names
 from contracts.boundary.ranks import RankRunFailure, RankScenario, RanksRun, RankStep, TpRankResult, TpRun, TpScenario
-from contracts.strategies.ranks import tp_inputs
+from contracts.strategies.ranks import run_tp, tp_inputs
 from dspark import dp_runner, spec_tp_sync
 
 _RANK_MODULES = ("dspark.dp_runner", "dspark.dspark_draft", "dspark.graph_buckets", "dspark.spec_info",
@@ -70,12 +71,19 @@ def _step(o: dict) -> RankStep:
     )
 
 
-def scenario_config(scenario: RankScenario, timeout_s: float) -> dp_runner.DpRunConfig:
+def scenario_config(scenario: RankScenario) -> dp_runner.DpRunConfig:
     return dp_runner.DpRunConfig(
         world_size=scenario.world_size, batch_sizes=scenario.batch_sizes, verify_budgets=scenario.verify_budgets,
         gamma=scenario.gamma, sample_from_anchor=scenario.sample_from_anchor, capture_bs=scenario.capture_bs,
-        max_running_requests=scenario.max_running_requests, seed=scenario.seed, timeout_s=timeout_s,
+        max_running_requests=scenario.max_running_requests, seed=scenario.seed,
     )
+
+
+def run_dp(cfg: dp_runner.DpRunConfig, program=None, **launch_options) -> launcher.LaunchResult:
+    """`cfg` on its `world_size` rank processes, one observation per rank and step. `program` defaults to
+    `dp_runner.RankProgram`, looked up now (a mutant replaces it); `launch_options` go to `launcher.launch`."""
+    program = program if program is not None else dp_runner.RankProgram
+    return launcher.launch(program, cfg, cfg.world_size, steps=cfg.steps, **launch_options)
 
 
 class ReferenceRanks:
@@ -85,17 +93,16 @@ class ReferenceRanks:
         return run_tp(scenario, TpProgram, self.rank_backend)
 
     def run_rank_scenario(self, scenario: RankScenario) -> RanksRun:
-        timeout_s = float(dp_runner.DEFAULT_TIMEOUT_S)
+        timeout_s = float(launcher.DEFAULT_TIMEOUT_S)
         key = (scenario, dp_runner.RankProgram, timeout_s, self.rank_backend, _code_fingerprint())
         if key in _CACHE:
             _CACHE.move_to_end(key)
             return _CACHE[key]
-        cfg = scenario_config(scenario, timeout_s)
         t0 = time.monotonic()
         try:
-            result = dp_runner.run_dp(cfg, backend=self.rank_backend)
-        except dp_runner.RankFailure as e:
-            run = RanksRun(scenario, (), RankRunFailure(e.rank, e.kind, str(e)), timeout_s, time.monotonic() - t0)
+            result = run_dp(scenario_config(scenario), timeout_s=timeout_s, backend=self.rank_backend)
+        except launcher.RankFailure as e:
+            run = RanksRun(scenario, (), RankRunFailure.of(e), timeout_s, time.monotonic() - t0)
         else:
             ranks = tuple(tuple(_step(o) for o in per_rank) for per_rank in result.observations)
             run = RanksRun(scenario, ranks, None, timeout_s, result.wall_s)
@@ -105,40 +112,16 @@ class ReferenceRanks:
         return run
 
 
-def tp_result(rank: int, local, lens, correct, bonus, trim, commit, new_seq) -> dict:
-    listed = lambda t: [int(x) for x in t.tolist()]  # noqa: E731
-    return dict(rank=rank, local_verify_lens=listed(local), verify_lens=listed(lens), correct_len=listed(correct),
-                bonus=listed(bonus), cap_trim=listed(trim), commit_len=listed(commit), new_seq_lens=listed(new_seq))
-
-
-def run_ranks(world_size: int, payload, program, backend: str = "gloo"):
-    """`program` on `world_size` rank processes started by the project's DP runner (it reads the payload and the
-    collective timeout from its config): (per-rank observations, None), or ((), the RankRunFailure)."""
-    cfg = dp_runner.DpRunConfig(world_size=world_size, batch_sizes=((0,) * world_size,), gamma=1, max_running_requests=1,
-                                timeout_s=float(dp_runner.DEFAULT_TIMEOUT_S), payload=payload)
-    try:
-        return dp_runner.run_dp(cfg, program=program, backend=backend).observations, None
-    except dp_runner.RankFailure as e:
-        return (), RankRunFailure(e.rank, e.kind, str(e))
-
-
-def run_tp(scenario: TpScenario, program, backend: str = "gloo") -> TpRun:
-    """The scenario on `world_size` rank processes; `program` reads it from the config's payload."""
-    observations, failure = run_ranks(scenario.world_size, dataclasses.astuple(scenario), program, backend)
-    return TpRun(scenario, tuple(TpRankResult(**{k: (v if k == "rank" else tuple(v)) for k, v in obs[0].items()})
-                                 for obs in observations), failure)
-
-
 class TpProgram:
     """A reference TP rank: the verify step with `dspark.spec_tp_sync` syncing at the planner and accept sites."""
 
-    def __init__(self, rank, cfg, comm):
-        self.rank, self.cfg = rank, cfg
+    def __init__(self, rank: int, scenario: TpScenario, comm):
+        self.rank, self.scenario = rank, scenario
 
     def run(self):
-        scenario = TpScenario(*self.cfg.payload)
-        conf, cand, logits, prefix = tp_inputs(scenario, self.rank)
-        sync = spec_tp_sync.SpecTpSync(scenario.world_size)
-        local, lens, acc, fin = spec_tp_sync.verify_under_tp_sync(conf, scenario.budget, cand, logits, prefix, sync)
-        return [tp_result(self.rank, local, lens, acc.correct_len, acc.bonus, acc.cap_trim, fin.commit_len,
-                          fin.new_seq_lens)]
+        s = self.scenario
+        conf, cand, logits, prefix = tp_inputs(s, self.rank)
+        sync = spec_tp_sync.SpecTpSync(s.world_size)
+        local, lens, acc, fin = spec_tp_sync.verify_under_tp_sync(conf, s.budget, cand, logits, prefix, sync)
+        return [TpRankResult.of(self.rank, local, lens, acc.correct_len, acc.bonus, acc.cap_trim, fin.commit_len,
+                                fin.new_seq_lens)]

@@ -1,5 +1,5 @@
-"""Ranks level on SGLang: a tensor-parallel group's verify step on real gloo rank processes (started by the
-project's DP runner), each rank with SGLang's own `GroupCoordinator` and `SpecTpSync` (as the worker builds it
+"""Ranks level on SGLang: a tensor-parallel group's verify step on real gloo rank processes (started by
+`contracts.launcher`), each rank with SGLang's own `GroupCoordinator` and `SpecTpSync` (as the worker builds it
 over `get_dp_tp_group()`), a real `DSparkVerifyPlanner` whose `schedule_layout` syncs the verify lengths
 (`DSPARK_PLAN`), `accept_draft_tokens` and `build_accept_outs`, which syncs the accept results.
 """
@@ -11,16 +11,15 @@ from types import SimpleNamespace
 
 import torch
 
-from contracts.adapters.reference.ranks import run_tp, tp_result
 from contracts.adapters.sglang.planner import verify_planner
 from contracts.adapters.sglang.runtime import CPU, runtime
-from contracts.boundary.ranks import TpRun, TpScenario
-from contracts.strategies.ranks import tp_inputs
+from contracts.boundary.ranks import TpRankResult, TpRun, TpScenario
+from contracts.strategies.ranks import run_tp, tp_inputs
 
 
 class SGLangTpProgram:
-    def __init__(self, rank, cfg, comm):
-        self.rank, self.cfg = rank, cfg
+    def __init__(self, rank: int, scenario: TpScenario, comm):
+        self.rank, self.scenario, self.timeout_s = rank, scenario, comm.timeout_s
 
     def run(self):
         runtime()
@@ -32,14 +31,14 @@ class SGLangTpProgram:
         from sglang.srt.speculative.dspark_components.dspark_verify import accept_draft_tokens, build_accept_outs
         from sglang.srt.speculative.spec_tp_sync import SpecTpSync, SpecTpSyncSite
 
-        s = TpScenario(*self.cfg.payload)
+        s = self.scenario
         conf, cand, logits, prefix = tp_inputs(s, self.rank)
         T = s.gamma + 1
         group = GroupCoordinator(
             group_ranks=[list(range(s.world_size))], local_rank=self.rank, torch_distributed_backend="gloo",
             use_pynccl=False, use_mscclpp=False, use_custom_allreduce=False, use_torch_symm_mem_all_reduce=False,
             use_hpu_communicator=False, use_xpu_communicator=False, group_name="attn_tp",
-            gloo_timeout=timedelta(seconds=float(self.cfg.timeout_s)))
+            gloo_timeout=timedelta(seconds=self.timeout_s))
         sync = SpecTpSync(group)
         conf32 = conf.to(torch.float32)
         local = ScheduleVerifyLensTopk.execute(confidence=conf32, budget=s.budget, cfg=DSparkScheduleConfig(gamma=s.gamma))
@@ -55,8 +54,8 @@ class SGLangTpProgram:
         out = build_accept_outs(correct_len=correct.clone(), bonus=bonus.clone(), cap_trim_lens=trim.clone(),
                                 prefix_lens=prefix, draft_tokens=cand[:, 1:], gamma=s.gamma, verify_num_draft_tokens=T,
                                 tp_sync=sync, sync_site=SpecTpSyncSite.DSPARK_ACCEPT_GREEDY)
-        return [tp_result(self.rank, local, layout.verify_lens, out.correct_len, out.bonus, out.cap_trim_lens,
-                          out.commit_lens, out.new_seq_lens)]
+        return [TpRankResult.of(self.rank, local, layout.verify_lens, out.correct_len, out.bonus, out.cap_trim_lens,
+                                out.commit_lens, out.new_seq_lens)]
 
 
 class SGLangRanks:

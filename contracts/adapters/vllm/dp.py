@@ -1,5 +1,5 @@
 """DP-padding level on vLLM: each DP rank's step through the V1 model runner's own batch-execution decision, on real
-gloo rank processes (started by the project's DP runner), so the collective is vLLM's own all-reduce.
+gloo rank processes (started by the launcher, `contracts.launcher`), so the collective is vLLM's own all-reduce.
 
 Per rank and step, `GPUModelRunner._determine_batch_execution_and_padding` runs as `execute_model` runs it: a real
 `CudagraphDispatcher` picks the rank's own graph size and mode, then `dp_utils.coordinate_batch_across_dp` all-reduces
@@ -24,18 +24,18 @@ Substituted (what it can hide):
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from types import SimpleNamespace
 
 import numpy as np
 
 from contracts.boundary.dp import DpPaddingCase, DpPaddingRank, DpPaddingRun
+from contracts.launcher import RankFailure, launch
 
 
 class VLLMDpPaddingProgram:
-    def __init__(self, rank, cfg, comm):
-        self.rank, self.cfg = rank, cfg
+    def __init__(self, rank: int, case: DpPaddingCase, comm):
+        self.rank, self.case = rank, case
 
     def run(self):
         from contracts.adapters.vllm import env as vllm_env
@@ -46,7 +46,7 @@ class VLLMDpPaddingProgram:
         from vllm.v1.cudagraph_dispatcher import CudagraphDispatcher
         from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-        case = DpPaddingCase(*self.cfg.payload)
+        case = self.case
         world = case.world_size
         parallel = ParallelConfig(data_parallel_size=world, data_parallel_rank=self.rank,
                                   disable_nccl_for_dp_synchronization=True, enable_dbo=case.microbatches > 1,
@@ -131,11 +131,12 @@ class VLLMDpPadding:
         return _RUNS[key]
 
     def _run(self, case: DpPaddingCase) -> DpPaddingRun:
-        from contracts.adapters.reference.ranks import run_ranks  # the project's rank runner (real gloo ranks)
-
         t0 = time.monotonic()
-        observations, failure = run_ranks(case.world_size, dataclasses.astuple(case), VLLMDpPaddingProgram)
-        failure = None if failure is None else f"rank {failure.rank} failed ({failure.kind}): {failure.message}"
+        try:
+            observations, failure = launch(VLLMDpPaddingProgram, case, case.world_size, steps=len(case.steps),
+                                           backend="gloo").observations, None
+        except RankFailure as e:
+            observations, failure = (), f"rank {e.rank} failed ({e.kind}): {e}"
         ranks = tuple(tuple(DpPaddingRank(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in o.items()})
                             for o in per_rank) for per_rank in observations)
         return DpPaddingRun(case, ranks, failure, time.monotonic() - t0)

@@ -2,20 +2,18 @@
 
 The rank processes do not see a monkeypatch of the parent's dspark modules when they are
 spawned, so these mutants do not patch the proposer in the parent. They replace the rank
-program `dspark.dp_runner.RankProgram`, which the parent looks up at call time and hands
-to every rank process as a class reference (pickled by name under spawn, inherited under
-fork). The subclass misbehaves on `FAULTY_RANK` only, so a violation must name that rank.
-The mutant that makes an idle rank skip a collective also shortens the collective timeout,
-so the hang it causes turns into a failure within seconds.
+program `dspark.dp_runner.RankProgram`, which the reference adapter looks up at call time and
+the launcher hands to every rank process as a class reference (imported by name under spawn,
+inherited under fork). The subclass misbehaves on `FAULTY_RANK` only, so a violation must name
+that rank. The mutant that makes an idle rank skip a collective also shortens the launcher's
+default collective timeout, so the hang it causes turns into a failure within seconds.
 """
 
 from __future__ import annotations
 
-import os
-import time
-
 import torch
 
+from contracts import launcher
 from dspark import dp_runner
 from dspark.dp_runner import RankProgram
 from dspark.dspark_draft import DraftBlockProposer
@@ -92,46 +90,11 @@ class VerifyTierIgnoresNoBudget(RankProgram):
         return max(gathered_tiers) if any(t > 0 for t in gathered_tiers) else None
 
 
-# Not mutants of a contract: faults for tests/property/test_dp_runner.py, importable by spawned ranks.
-DYING_STEP = 1
-
-
-class DiesMidStep(RankProgram):
-    """FAULTY_RANK exits abruptly between two collectives of step DYING_STEP."""
-
-    def exchange_views(self, step, fb):
-        if self.rank == FAULTY_RANK and step == DYING_STEP:
-            os._exit(17)
-        return super().exchange_views(step, fb)
-
-
-class RaisesMidStep(RankProgram):
-    """FAULTY_RANK raises (outside any collective) while building its draft batch at step DYING_STEP."""
-
-    def draft_forward_batch(self, batch):
-        if self.rank == FAULTY_RANK and self._step == DYING_STEP:
-            raise ValueError("draft batch: injected failure")
-        return super().draft_forward_batch(batch)
-
-    def step(self, step):
-        self._step = step
-        return super().step(step)
-
-
-class StallsMidStep(RankProgram):
-    """FAULTY_RANK stops (sleeps) between two collectives of step DYING_STEP: its peers wait in vain."""
-
-    def exchange_views(self, step, fb):
-        if self.rank == FAULTY_RANK and step == DYING_STEP:
-            time.sleep(3600)
-        return super().exchange_views(step, fb)
-
-
 def _program(cls, *, timeout_s=None):
     def patch(mp):
         mp.setattr(dp_runner, "RankProgram", cls)
         if timeout_s is not None:
-            mp.setattr(dp_runner, "DEFAULT_TIMEOUT_S", timeout_s)
+            mp.setattr(launcher, "DEFAULT_TIMEOUT_S", timeout_s)
     return patch
 
 

@@ -108,9 +108,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.draws < 1 or args.power_draws < 1:
         parser.error("--draws/--power-draws: must be positive")
-    from contracts.adapters.reference import ReferenceAdapter
+    from contracts.engines import DEFAULT, load_engine
 
-    engine = ReferenceAdapter()
+    engine = load_engine(DEFAULT)  # the statistical gate is calibrated on the default engine's laws
     families = [measure(record(cid, engine), args.draws, args.power_draws) for cid in args.contract or STAT_CONTRACTS]
     print(f"family-wise budget {stats.FAMILY_ALPHA:g} per contract run, effect-size floor TV {stats.TV_FLOOR}, "
           f"{args.draws:,} simulated null runs per test, {args.power_draws:,} per test and effect size")

@@ -33,6 +33,12 @@ PLANNER_MIN_VERIFY_LEN = "planner.min-verify-len"  # schedule_verify_lens honour
 PLANNER_EMPTY_BATCH = "planner.empty-batch"  # layout helpers accept bs == 0
 STEP = "step"
 STEP_LAWS = "step.laws"  # per step, the laws each sampled row's accept read and the draws its drafts came from
+STEP_PD = "step.pd-handoff"  # requests can join a running engine through a PD handoff (add_requests via "pd")
+STEP_RAGGED = "step.ragged"  # the step runs the ragged verify modes (cap-accept, compact), not only static
+STEP_OVERLAP_TOGGLE = "step.overlap-toggle"  # overlap scheduling can be switched on and off between steps
+# A sampled request's tokens are a function of (seed, request, prompt, params) alone: randomness keyed per request and
+# step, not drawn from a batch-wide stream (SGLang's default draws from one generator, so its rows depend on companions).
+STEP_SEEDED_SAMPLING = "step.seeded-sampling"
 RANKS = "ranks"
 RANKS_TP = "ranks.tp-sync"  # a tensor-parallel group's verify on real rank processes, with the engine's own sync
 KV = "kv"  # what a decode step reserves in the KV cache, and who writes the allocation lengths
@@ -51,20 +57,23 @@ class EngineAdapter(Protocol):
 
 @dataclass(frozen=True)
 class Capability:
-    """What declaring a capability promises: the methods it adds, and the boundary Protocol listing them."""
+    """What declaring a capability promises: the methods and attributes it adds, and the boundary Protocol listing
+    them. The load-time check (contracts.validation) asks for every one, so a missing one is exit 4 at load, not a
+    mid-run error that looks like the engine's."""
 
     protocol: Optional[str]  # "module:Class" in contracts.boundary; None for a pure flag
     methods: Tuple[str, ...] = ()  # a pure flag (a promise about behaviour) adds none
+    attributes: Tuple[str, ...] = ()  # plain values the contracts read (e.g. which algorithms a handoff builds)
 
 
 # The one table the load-time check reads (contracts.validation): a new capability is one entry here,
 # and tests/property/test_cli_validation.py checks each entry against its Protocol.
 CAPABILITIES: Mapping[str, Capability] = {
     HANDOFF: Capability("contracts.boundary.handoff:HandoffLevel", (
-        "new_future_map", "new_prebuilt_batch", "batch_rows", "process_prebuilt", "draft_input_view", "relay_snapshot",
-        "prepare_for_decode", "resolve_relay")),
+        "new_handoff_batch", "batch_rows", "new_relay", "record_relay", "admit_handoff", "draft_input_view",
+        "relay_snapshot", "prepare_for_decode", "resolve_relay"), ("handoff_algorithms",)),
     DP_METADATA: Capability("contracts.boundary.dp:DpMetadataLevel", (
-        "fill_draft_dp_metadata", "init_mlp_sync_metadata", "scale_global_num_tokens", "local_num_token_non_padded")),
+        "fill_draft_dp_metadata", "fill_scheduler_dp_metadata", "scale_rank_counts", "local_non_padded_tokens")),
     DP_PADDING: Capability("contracts.boundary.dp:DpPaddingLevel", ("coordinate_dp_padding",)),
     VERIFY: Capability("contracts.boundary.verify:VerifyLevel", ("greedy_accept", "finalize", "sample_block")),
     VERIFY_INJECTED_NOISE: Capability("contracts.boundary.verify:VerifyLevel", ("sampling_accept", "mixed_accept")),
@@ -76,17 +85,22 @@ CAPABILITIES: Mapping[str, Capability] = {
     VERIFY_CAP_TRIM: Capability(None),
     PLANNER: Capability("contracts.boundary.engine:PlannerLevel", (
         "new_sps_table", "sps_lookup", "verify_token_budget", "schedule_verify_lens", "compact_layout",
-        "pad_verify_lens_to_bucket", "plan_layout")),
+        "pad_verify_lens_to_graph", "plan_layout")),
     PLANNER_MIN_VERIFY_LEN: Capability(None),
     PLANNER_EMPTY_BATCH: Capability(None),
     STEP: Capability("contracts.boundary.engine:StepLevel", (
         "new_engine", "add_requests", "step", "abort", "set_overlap", "overlap_budget_lag", "request_views",
         "target_next_logits")),
     STEP_LAWS: Capability("contracts.boundary.engine:StepLawsLevel", ("step_laws",)),
+    STEP_PD: Capability(None),
+    STEP_RAGGED: Capability(None),
+    STEP_OVERLAP_TOGGLE: Capability(None),
+    STEP_SEEDED_SAMPLING: Capability(None),
     RANKS: Capability("contracts.boundary.ranks:RanksLevel", ("run_rank_scenario",)),
     RANKS_TP: Capability("contracts.boundary.ranks:TpRanksLevel", ("run_tp_scenario",)),
-    KV: Capability("contracts.boundary.kv:KvLevel", ("kv_admission_limit", "kv_page_sizes", "run_kv_steps")),
+    KV: Capability("contracts.boundary.kv:KvLevel", ("kv_admission_limit", "kv_prompt_limit", "kv_page_sizes",
+                                                                    "run_kv_steps")),
     GRAPH: Capability("contracts.boundary.graph:GraphLevel", ("graph_admission",)),
     DRAFT: Capability("contracts.boundary.draft:DraftLevel", ("draft_step", "oracle_draft_verify")),
-    RELAY: Capability("contracts.boundary.relay:ConfidenceRelayLevel", ("run_confidence_relay",)),
+    RELAY: Capability("contracts.boundary.relay:ConfidenceRelayLevel", ("run_confidence_relay",), ("confidence_relay_lag",)),
 }

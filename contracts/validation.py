@@ -15,7 +15,6 @@ from contracts.protocol import CAPABILITIES
 
 _STR_FIELDS = ("name", "version", "device")
 DEVICES = ("cpu", "cuda")
-BACKENDS = ("torch", "triton", "auto")
 DEVICE_ENV, BACKEND_ENV = "DSPARK_DEVICE", "DSPARK_BACKEND"
 
 
@@ -38,6 +37,7 @@ def validate_adapter(engine) -> None:
     backend = getattr(engine, "backend", None)  # optional: the verify backend, for engines that choose one
     if backend is not None and (not isinstance(backend, str) or not backend):
         raise TypeError(f"backend: expected a non-empty str or None, got {backend!r}")
+    _check_version_policy(engine)
     unknown = sorted(set(caps) - set(CAPABILITIES))
     if unknown:
         hints = "".join(f"; for {u!r} did you mean {', '.join(close)}?" for u in unknown if (close := _close(u, CAPABILITIES)))
@@ -47,11 +47,26 @@ def validate_adapter(engine) -> None:
     for cap in sorted(caps):
         spec = CAPABILITIES[cap]
         missing = [m for m in spec.methods if not callable(getattr(engine, m, None))]
+        missing += [a for a in spec.attributes if not hasattr(engine, a)]
         if missing:
             gaps.append(f"{cap!r} lacks {', '.join(missing)} (see {spec.protocol})")
         # The methods are the Protocol's; only presence is checked, their behaviour is what the contracts test.
     if gaps:
         raise TypeError("capabilities: declared but not implemented: " + "; ".join(gaps))
+
+
+def _check_version_policy(engine) -> None:
+    """The pack's declarations: `tested_versions` a tuple of version strings, `known_failures` its ledger entries
+    (each already checked when built: version range, regexes, citation)."""
+    from contracts.ledger import KnownFailure
+
+    tested = getattr(engine, "tested_versions", ())
+    if isinstance(tested, (str, bytes)) or not isinstance(tested, (tuple, list)) or \
+            not all(isinstance(v, str) and v for v in tested):
+        raise TypeError(f"tested_versions: expected a tuple of version strings, got {tested!r}")
+    known = getattr(engine, "known_failures", ())
+    if not isinstance(known, (tuple, list)) or not all(isinstance(e, KnownFailure) for e in known):
+        raise TypeError(f"known_failures: expected a tuple of contracts.ledger.KnownFailure, got {type(known).__name__}")
 
 
 def _close(value: str, known: Iterable[str]) -> list:
@@ -104,6 +119,7 @@ class Placement(NamedTuple):
 
     @property
     def interpreted(self) -> bool:
+        """Triton kernels on the CPU run through Triton's interpreter (a fact of Triton's, for any engine using it)."""
         return self.backend == "triton" and self.device == "cpu"
 
 
@@ -124,39 +140,33 @@ def _cuda_missing() -> Optional[str]:
     return f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no CUDA device"
 
 
-def placement(device=None, backend=None, *, device_flag: str = "--device", backend_flag: str = "--backend") -> Placement:
-    """`--device cpu|cuda` and `--backend torch|triton|auto` (None: $DSPARK_DEVICE / $DSPARK_BACKEND, else cpu
-    and auto), checked against this machine: CUDA present for cuda; triton (and numpy, for its interpreter)
-    installed for the Triton backend; TRITON_INTERPRET agreeing with compiled (cuda) or interpreted (cpu)
-    kernels. `auto` is SGLang's rule: Triton on cuda, torch on cpu. Raises ValueError naming the flag, or
-    the environment variable the value came from."""
+def placement(device=None, backend=None, *, pack=None, device_flag: str = "--device",
+              backend_flag: str = "--backend") -> Placement:
+    """`--device cpu|cuda` and `--backend NAME` (None: $DSPARK_DEVICE / $DSPARK_BACKEND, else cpu and auto), checked
+    against this machine and the engine's pack, before the engine loads: CUDA present for cuda; the backend one the
+    pack declares (`backends`; a pack without them runs its own kernels and takes only `auto`), resolved and checked
+    by the pack's own `resolve_backend(device, requested, flag)` (its rules: a library installed, an interpreter
+    mode). Raises ValueError naming the flag, or the environment variable the value came from."""
     if device is None and os.environ.get(DEVICE_ENV):
         device, device_flag = os.environ[DEVICE_ENV], DEVICE_ENV
     if backend is None and os.environ.get(BACKEND_ENV):
         backend, backend_flag = os.environ[BACKEND_ENV], BACKEND_ENV
     device = _choice("cpu" if device is None else device, DEVICES, device_flag)
-    requested = _choice("auto" if backend is None else backend, BACKENDS, backend_flag)
     if device == "cuda":
         missing = _cuda_missing()
         if missing:
             raise ValueError(f"{device_flag}: 'cuda' requested, but {missing}")
-    has_triton = importlib.util.find_spec("triton") is not None
-    resolved = requested if requested != "auto" else ("triton" if device == "cuda" and has_triton else "torch")
-    if resolved == "triton":
-        if not has_triton:
-            raise ValueError(f"{backend_flag}: 'triton' needs the triton package, which is not installed")
-        interpret = os.environ.get("TRITON_INTERPRET", "")
-        if device == "cpu":
-            if importlib.util.find_spec("numpy") is None:
-                raise ValueError(f"{backend_flag}: 'triton' on cpu runs the Triton interpreter, which needs numpy")
-            if interpret not in ("", "1"):
-                raise ValueError(f"{backend_flag}: 'triton' on cpu runs the Triton interpreter, but "
-                                 f"TRITON_INTERPRET={interpret!r}; unset it or set it to 1")
-        elif interpret == "1":
-            what = "'triton'" if requested == "triton" else "'auto' (triton)"
-            raise ValueError(f"{backend_flag}: {what} on cuda runs compiled kernels, but TRITON_INTERPRET=1 is set "
-                             "(they would be interpreted); unset it")
-    return Placement(device, requested, resolved)
+    requested = "auto" if backend is None else backend
+    if pack is None:  # the pack could not be imported: the engine's load reports that, and checks what it is handed
+        text = str(requested).strip().lower()
+        return Placement(device, text, text)
+    backends = tuple(getattr(pack, "backends", ())) or ("auto",)
+    if backends == ("auto",) and str(requested).strip().lower() != "auto":
+        raise ValueError(f"{backend_flag} {requested}: engine {pack.name!r} runs its own verify kernels "
+                         "(it does not take a backend)")
+    requested = _choice(requested, backends, backend_flag)
+    resolve = getattr(pack, "resolve_backend", None)
+    return Placement(device, requested, resolve(device, requested, backend_flag) if resolve else requested)
 
 
 def engine_placement(engine, wanted: Placement) -> None:
@@ -171,17 +181,18 @@ def engine_placement(engine, wanted: Placement) -> None:
         raise ValueError(f"--backend {wanted.requested}: engine {engine.name!r} {what}")
 
 
-def placement_env(where, *, device: bool = True, backend: bool = True) -> dict:
+def placement_env(where, *, pack=None, device: bool = True, backend: bool = True) -> dict:
     """The variables a placement hands to the adapter, xdist workers and rank processes: $DSPARK_DEVICE and
-    $DSPARK_BACKEND (each when asked for), and TRITON_INTERPRET=1 for the interpreter when it is unset or empty
-    (`placement` refused any other value)."""
+    $DSPARK_BACKEND (each when asked for), and whatever the pack's `placement_env(where)` adds (the reference pack:
+    TRITON_INTERPRET=1 for interpreted kernels)."""
     wanted = {}
     if device:
         wanted[DEVICE_ENV] = where.device
     if backend:
         wanted[BACKEND_ENV] = where.requested
-    if where.interpreted and not os.environ.get("TRITON_INTERPRET"):
-        wanted["TRITON_INTERPRET"] = "1"
+    extra = getattr(pack, "placement_env", None)
+    if extra is not None:
+        wanted.update(extra(where))
     return wanted
 
 

@@ -71,9 +71,9 @@ class DpMetadataLevel(Protocol):
     # The draft forward batch as the engine's proposer builds and fills it for one decode step (or for an
     # idle rank's participation); the engine derives Q from gamma and sample_from_anchor itself.
     def fill_draft_dp_metadata(self, case: DpSyncCase) -> DpSyncObservation: ...
-    def init_mlp_sync_metadata(self, case: DpSyncCase) -> DpSyncObservation: ...  # the generic fill, draft worker, same inputs
-    def scale_global_num_tokens(self, counts, logprob_counts, width: int, logprob_width: int) -> Tuple[list, list]: ...
-    def local_num_token_non_padded(self, case: LocalTokensCase) -> list: ...  # per attention-TP rank, in rank order
+    def fill_scheduler_dp_metadata(self, case: DpSyncCase) -> DpSyncObservation: ...  # the generic fill, draft worker, same inputs
+    def scale_rank_counts(self, counts, logprob_counts, width: int, logprob_width: int) -> Tuple[list, list]: ...
+    def local_non_padded_tokens(self, case: LocalTokensCase) -> list: ...  # per attention-TP rank, in rank order
 
 
 # DP padding: before a step's forward the DP ranks agree how many tokens each runs. Ranks that run in lockstep

@@ -81,7 +81,7 @@ class LayoutCase:
     verify_lens: Tuple[int, ...]
     gamma: int
     pad_extra: int = 0  # padding rows past sum(L)
-    padded_bs: int = 0  # pad_verify_lens_to_bucket: pad rows beyond bs
+    padded_bs: int = 0  # pad_verify_lens_to_graph: pad rows beyond bs
 
 
 @dataclass
@@ -104,7 +104,7 @@ class PlannerLevel(Protocol):
     def plan_layout(self, case: PlanCase) -> PlanView: ...
     def compact_layout(self, verify_lens, width: int, pad_to: Optional[int], candidates: torch.Tensor,
                        fill: float) -> CompactView: ...
-    def pad_verify_lens_to_bucket(self, verify_lens, graph_num_tokens: int, padded_bs: int) -> list: ...
+    def pad_verify_lens_to_graph(self, verify_lens, graph_num_tokens: int, padded_bs: int) -> list: ...
 
 
 # ---- step level -------------------------------------------------------------------

@@ -49,21 +49,8 @@ class DraftInputView:
     bonus_tokens: torch.Tensor
     new_seq_lens: torch.Tensor
     future_indices: Optional[torch.Tensor]
-    future_indices_is_req_pool_indices: bool  # the same tensor object, as SGLang seeds it
+    future_indices_is_req_pool_indices: bool  # the relay rows are the batch's pool-row tensor itself (SGLang seeds it so)
     future_dsa_topk_indices_available: bool
-
-    @classmethod
-    def of(cls, draft_input, req_pool_indices) -> "DraftInputView":
-        """Copy the fields of a DFlashDraftInputV2-shaped object (the reference's and SGLang's share them)."""
-        fi = draft_input.future_indices
-        return cls(
-            is_draft_input=bool(draft_input.is_draft_input()),
-            bonus_tokens=draft_input.bonus_tokens.clone(),
-            new_seq_lens=draft_input.new_seq_lens.clone(),
-            future_indices=None if fi is None else fi.clone(),
-            future_indices_is_req_pool_indices=fi is req_pool_indices,
-            future_dsa_topk_indices_available=bool(draft_input.future_dsa_topk_indices_available),
-        )
 
 
 @dataclass
@@ -96,14 +83,16 @@ class HandoffObservation:
 
 
 class HandoffLevel(Protocol):
-    """Thin conversions only: the scenario itself lives in `contracts.scenarios`."""
+    """Thin conversions only: the scenario itself lives in `contracts.scenarios`. Each pack maps its engine's names
+    (SGLang and the reference: ScheduleBatch.process_prebuilt, FutureMap.publish / stash) onto these."""
 
     handoff_algorithms: Tuple[str, ...]  # the DFlash-family algorithms whose handoff the engine builds
-    def new_prebuilt_batch(self, case: HandoffCase) -> Any: ...  # decode batch as after prepare_for_prebuilt
+    def new_handoff_batch(self, case: HandoffCase) -> Any: ...  # the decode batch as the handoff leaves it, not yet admitted
     def batch_rows(self, batch) -> list: ...  # the request-pool rows the engine gave the requests, batch order
-    def new_future_map(self, batch) -> Any: ...  # the engine's relay over the batch's pool; has publish / stash
-    def process_prebuilt(self, batch, future_map) -> None: ...
+    def new_relay(self, batch) -> Any: ...  # the engine's step-to-step relay (FutureMap) over the batch's pool
+    def record_relay(self, relay) -> list: ...  # a live list the relay's writes append RelayEvents to; they still run
+    def admit_handoff(self, batch, relay) -> None: ...  # the decode side builds the batch's draft input, seeds the relay
     def draft_input_view(self, batch) -> Optional[DraftInputView]: ...  # None when the batch has no draft input
-    def relay_snapshot(self, future_map) -> dict: ...  # {"output_tokens_buf": ..., "new_seq_lens_buf": ...}
+    def relay_snapshot(self, relay) -> dict: ...  # {"output_tokens_buf": ..., "new_seq_lens_buf": ...}
     def prepare_for_decode(self, batch) -> None: ...  # the first decode step's preparation
-    def resolve_relay(self, batch, future_map) -> ResolvedInputs: ...  # what the first overlap decode reads
+    def resolve_relay(self, batch, relay) -> ResolvedInputs: ...  # what the first overlap decode reads

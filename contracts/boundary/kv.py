@@ -53,5 +53,6 @@ class KvStep:
 
 class KvLevel(Protocol):
     def kv_admission_limit(self, context_len: int, num_draft_tokens: int, page_size: int) -> int: ...  # longest prompt + max_new
+    def kv_prompt_limit(self, context_len: int) -> int: ...  # the longest prompt the scheduler admits on its own
     def kv_page_sizes(self) -> Tuple[int, ...]: ...  # page sizes the engine runs
     def run_kv_steps(self, case: KvCase) -> Tuple[KvStep, ...]: ...  # stops after a step whose reservation raised

@@ -127,7 +127,7 @@ def early_return_writes_nothing(engine, case):
           examples=(SEED_CASE, SEED_COORDINATED))
 def fill_agrees_with_init_mlp_sync(engine, case):
     fill = _fill(engine, case).after
-    generic = engine.init_mlp_sync_metadata(case).after
+    generic = engine.fill_scheduler_dp_metadata(case).after
     for field in COUNT_FIELDS:
         expect_equal(f"{field} (proposer fill vs generic fill)", generic[field], fill[field])
 
@@ -136,13 +136,13 @@ def fill_agrees_with_init_mlp_sync(engine, case):
           "order and zeros and is linear",
           requires={DP_METADATA}, cases=scaling_cases)
 def scaling_is_elementwise(engine, case):
-    scaled, scaled_lp = engine.scale_global_num_tokens(case.counts, case.other_counts, case.width, case.logprob_width)
+    scaled, scaled_lp = engine.scale_rank_counts(case.counts, case.other_counts, case.width, case.logprob_width)
     expect_equal("scaled counts", [c * case.width for c in case.counts], list(scaled))
     expect_equal("scaled logprob counts", [c * case.logprob_width for c in case.other_counts], list(scaled_lp))
     # Linear: scaling the sum of two count vectors (a second input) gives the sum of their scalings.
     summed = [a + b for a, b in zip(case.counts, case.other_counts)]
-    both, _ = engine.scale_global_num_tokens(summed, summed, case.width, case.logprob_width)
-    again, _ = engine.scale_global_num_tokens(case.other_counts, case.other_counts, case.width, case.logprob_width)
+    both, _ = engine.scale_rank_counts(summed, summed, case.width, case.logprob_width)
+    again, _ = engine.scale_rank_counts(case.other_counts, case.other_counts, case.width, case.logprob_width)
     expect_equal("scaled(counts + other counts)", [a + b for a, b in zip(scaled, again)], list(both))
 
 
@@ -150,7 +150,7 @@ def scaling_is_elementwise(engine, case):
           "size, each rank's local non-padded count lies in [0, width/tp], real tokens fill the ranks in order, and the "
           "counts add up to the global count", requires={DP_METADATA}, cases=local_tokens_cases)
 def local_counts_add_up(engine, case):
-    local = list(engine.local_num_token_non_padded(case))
+    local = list(engine.local_non_padded_tokens(case))
     chunk = case.rank_width // case.attn_tp_size
     expect_equal(f"local counts ({case.attn_tp_size} ranks)", case.attn_tp_size, len(local))
     expect(all(0 <= n <= chunk for n in local), "local counts", f"each in [0, {chunk}]", local)

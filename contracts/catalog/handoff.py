@@ -23,7 +23,7 @@ SEED_NO_OVERLAP = dataclasses.replace(SEED_CASE, enable_overlap=False)
 
 def _observe(engine, case):
     obs = observe_handoff(engine, case)
-    expect(obs.handoff_error is None, "process_prebuilt", "no exception", obs.handoff_error)
+    expect(obs.handoff_error is None, "handoff admission", "no exception", obs.handoff_error)
     expect(len(obs.rows) == case.bs and len(set(obs.rows)) == case.bs, "batch request-pool rows",
            f"{case.bs} distinct rows", obs.rows)
     return obs

@@ -24,7 +24,8 @@ EDGE = kv_plans  # requests at the engine's admission limit are drawn on purpose
 def _steps(engine, plan):
     pages = tuple(engine.kv_page_sizes())
     page = pages[plan.page_choice % len(pages)]
-    case = bind(plan, engine.kv_admission_limit(plan.context_len, plan.gamma + 1, page), page)
+    case = bind(plan, engine.kv_admission_limit(plan.context_len, plan.gamma + 1, page), page,
+                engine.kv_prompt_limit(plan.context_len))
     if case is None:
         hypothesis.reject()  # the engine admits no such request at this context length and page size
     return case, engine.run_kv_steps(case)

@@ -258,7 +258,7 @@ def compact_round_trip(engine, case):
     expect_equal("scatter(pack(candidates))", expected, view.scattered)
 
 
-@contract("PLAN-009", "pad_verify_lens_to_bucket fills the bucket exactly: real rows kept, the leftover spread "
+@contract("PLAN-009", "padding verify lengths to a captured graph fills the bucket exactly: real rows kept, the leftover spread "
           "base+(i<rem) over pad rows, or onto the last real row when there are none",
           requires={PLANNER}, cases=layout_cases)
 def pad_to_bucket(engine, case):
@@ -267,7 +267,7 @@ def pad_to_bucket(engine, case):
     tokens = sum(lens) + case.pad_extra
     if bs == 0 and case.padded_bs == 0:
         return
-    out = list(engine.pad_verify_lens_to_bucket(lens, tokens, case.padded_bs))
+    out = list(engine.pad_verify_lens_to_graph(lens, tokens, case.padded_bs))
     expect_equal("sum(padded lens)", tokens, sum(out))
     expect_equal("padded rows", case.padded_bs, len(out))
     if case.padded_bs == bs:

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from contracts import validation
+from contracts.adapters.reference import ReferenceAdapter
 from contracts.cli import main
 from contracts.registry import all_contracts
 from contracts.runner import repro_line
@@ -37,8 +38,8 @@ def _no_placement_env(monkeypatch):
 
 
 def test_defaults_auto_and_case():
-    assert validation.placement() == ("cpu", "auto", "torch")  # auto on the CPU is torch (SGLang's rule)
-    assert validation.placement(" CPU ", "Torch") == ("cpu", "torch", "torch")
+    assert validation.placement(pack=ReferenceAdapter) == ("cpu", "auto", "torch")  # auto on the CPU is torch (SGLang's rule)
+    assert validation.placement(" CPU ", "Torch", pack=ReferenceAdapter) == ("cpu", "torch", "torch")
 
 
 @pytest.mark.parametrize("device, backend, env, words", [
@@ -54,19 +55,19 @@ def test_bad_placements_name_the_flag_or_variable(monkeypatch, device, backend, 
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     with pytest.raises(ValueError) as e:
-        validation.placement(device, backend)
+        validation.placement(device, backend, pack=ReferenceAdapter)
     assert str(e.value).startswith(words) and "\n" not in str(e.value)
 
 
 def test_a_flag_beats_its_env_twin(monkeypatch):
     monkeypatch.setenv("DSPARK_DEVICE", "tpu")
-    assert validation.placement("cpu").device == "cpu"
+    assert validation.placement("cpu", pack=ReferenceAdapter).device == "cpu"
 
 
 @no_cuda
 def test_cuda_without_cuda_is_one_line_and_exit_2(capsys, monkeypatch):
     with pytest.raises(ValueError, match="^--device: 'cuda' requested, but .*(without CUDA|no CUDA device)"):
-        validation.placement("cuda")
+        validation.placement("cuda", pack=ReferenceAdapter)
     assert main(["check", "--device", "cuda"]) == 2  # refused by the argument checks, before pytest or the engine
     err = capsys.readouterr().err
     assert err.startswith("dspark-contracts: --device: 'cuda' requested, but ") and len(err.splitlines()) == 1, err
@@ -79,15 +80,15 @@ def test_compiled_triton_refuses_the_interpreter_flag(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # as on a GPU machine
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     with pytest.raises(ValueError, match="^--backend: 'triton' on cuda runs compiled kernels, but TRITON_INTERPRET=1"):
-        validation.placement("cuda", "triton")
+        validation.placement("cuda", "triton", pack=ReferenceAdapter)
     with pytest.raises(ValueError, match=r"^--backend: 'auto' \(triton\) on cuda runs compiled kernels"):
-        validation.placement("cuda")  # auto picks triton on cuda: the same refusal
-    assert validation.placement("cuda", "torch") == ("cuda", "torch", "torch")
+        validation.placement("cuda", pack=ReferenceAdapter)  # auto picks triton on cuda: the same refusal
+    assert validation.placement("cuda", "torch", pack=ReferenceAdapter) == ("cuda", "torch", "torch")
 
 
 def test_an_engine_that_cannot_honour_the_placement_is_refused():
     own = SimpleNamespace(name="own", device="cpu")  # runs its own kernels: no `backend`
-    validation.engine_placement(own, validation.placement())  # auto: the engine's choice
+    validation.engine_placement(own, validation.placement(pack=ReferenceAdapter))  # auto: the engine's choice
     with pytest.raises(ValueError, match="^--backend torch: engine 'own' runs its own verify kernels"):
         validation.engine_placement(own, validation.Placement("cpu", "torch", "torch"))
     with pytest.raises(ValueError, match="^--device cuda: engine 'own' runs on cpu"):

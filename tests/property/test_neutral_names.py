@@ -2,8 +2,8 @@
 neutral ones.
 
 Exact for the DP level (contracts/boundary/dp.py, contracts/catalog/dp_sync.py, contracts/strategies/dp.py): none
-of SGLang's or vLLM's DP attribute names appears in them, apart from the level's protocol method names, which
-live in contracts.protocol's capability table. Both adapters' name maps cover every neutral field.
+of SGLang's or vLLM's DP attribute names appears in them, the protocol's method names included. Both adapters' name
+maps cover every neutral field.
 """
 
 import dataclasses
@@ -25,16 +25,11 @@ ENGINE_NAMES = (
     "num_tokens_per_dp", "input_ids", "spec_scale_global_num_tokens", "_fill_dp_moe_sync_metadata", "ForwardBatch",
     "num_tokens_across_dp", "coordinate_batch_across_dp", "_post_process_dp_padding", "DPSyncState", "dp_utils",
 )
-# The DP level's protocol methods (contracts.protocol.CAPABILITIES["dp-metadata"]) still carry SGLang's names;
-# renaming them is a protocol change (see the report that added this test).
-PROTOCOL_METHODS = ("init_mlp_sync_metadata", "scale_global_num_tokens", "local_num_token_non_padded")
 
 
 def _code_names(path: str) -> str:
     # A statement may name SGLang's attribute for a reader, as "SGLang's NAME"; that mention is not a use.
     text = re.sub(r"SGLang's \w+", "<engine's name>", (ROOT / path).read_text())
-    for name in PROTOCOL_METHODS:
-        text = text.replace(name, "<protocol method>")
     return text
 
 
@@ -45,10 +40,12 @@ def test_dp_level_modules_name_no_engine_attribute(path):
     assert not found, f"{path} names engine attributes {found}; use the neutral names of contracts.boundary.dp/ranks"
 
 
-def test_the_adapters_table_maps_every_neutral_dp_field():
-    from contracts.adapters.sglang.names import FIELD_NAMES
+@pytest.mark.parametrize("pack", ["reference", "sglang"])
+def test_each_packs_table_maps_every_neutral_dp_field(pack):
+    import importlib
 
-    assert set(FIELD_NAMES) == set(dp.ALL_FIELDS), f"FIELD_NAMES does not cover {set(dp.ALL_FIELDS) ^ set(FIELD_NAMES)}"
+    names = importlib.import_module(f"contracts.adapters.{pack}.names").FIELD_NAMES
+    assert set(names) == set(dp.ALL_FIELDS), f"{pack}: FIELD_NAMES does not cover {set(dp.ALL_FIELDS) ^ set(names)}"
 
 
 def test_reference_ranks_adapter_maps_every_neutral_count_field():

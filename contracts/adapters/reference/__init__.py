@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import sys
-
 import dspark
 from contracts import protocol
+from contracts.adapters.reference import placement as _placement
 from contracts.adapters.reference.dp import ReferenceDpMetadata
 from contracts.adapters.reference.draft import ReferenceDraft
 from contracts.adapters.reference.engine import ReferenceEngine, ReferencePlanner
@@ -18,21 +16,6 @@ from contracts.adapters.reference.relay import ReferenceRelay
 from contracts.adapters.reference.verify import ReferenceVerify
 from contracts.validation import placement
 
-_KERNELS = "dspark.verify.triton_kernels"
-
-
-def _load_kernels(device: str) -> None:
-    """Import the Triton kernels as the device needs them: interpreted on the CPU, compiled on CUDA. Triton fixes
-    the mode when the module is first imported, so a module imported the other way is refused, not used."""
-    if device == "cpu" and _KERNELS not in sys.modules and not os.environ.get("TRITON_INTERPRET"):
-        os.environ["TRITON_INTERPRET"] = "1"  # unset or empty; placement() refused any other explicit value
-    from dspark.verify import triton_kernels
-
-    if triton_kernels.INTERPRETED != (device == "cpu"):
-        want = "interpreted (TRITON_INTERPRET=1)" if device == "cpu" else "compiled (TRITON_INTERPRET unset)"
-        raise ValueError(f"backend: 'triton' on {device} needs the kernels {want}, but {_KERNELS} was already "
-                         "imported the other way in this process")
-
 
 class ReferenceAdapter(ReferenceHandoff, ReferenceDpMetadata, ReferenceKv, ReferenceGraph, ReferenceDraft, ReferenceRelay,
                        ReferenceRanks, ReferencePlanner, ReferenceEngine, ReferenceVerify):
@@ -41,8 +24,15 @@ class ReferenceAdapter(ReferenceHandoff, ReferenceDpMetadata, ReferenceKv, Refer
 
     name = "reference"
     version = dspark.__version__
+    tested_versions = (dspark.__version__,)  # the engine ships with its pack: the version in this tree is the one tested
+    known_failures = ()
+    coverage_modules = ("dspark",)  # --coverage: the whole engine is its DSpark code
+    backends = _placement.BACKENDS
+    resolve_backend = staticmethod(_placement.resolve_backend)
+    placement_env = staticmethod(_placement.placement_env)
     capabilities = frozenset({protocol.HANDOFF, protocol.DP_METADATA, protocol.DP_PADDING, protocol.RANKS, protocol.PLANNER, protocol.STEP,
-                              protocol.STEP_LAWS, protocol.RELAY,
+                              protocol.STEP_LAWS, protocol.STEP_PD, protocol.STEP_RAGGED, protocol.STEP_OVERLAP_TOGGLE,
+                              protocol.STEP_SEEDED_SAMPLING, protocol.RELAY,
                               protocol.VERIFY, protocol.VERIFY_INJECTED_NOISE, protocol.VERIFY_EMPTY_BATCH, protocol.VERIFY_PLACEHOLDERS,
                               protocol.KV, protocol.GRAPH, protocol.PLANNER_MIN_VERIFY_LEN, protocol.PLANNER_EMPTY_BATCH,
                               protocol.VERIFY_DISTRIBUTIONS, protocol.VERIFY_CHAIN, protocol.VERIFY_CAP_TRIM, protocol.DRAFT,
@@ -51,7 +41,7 @@ class ReferenceAdapter(ReferenceHandoff, ReferenceDpMetadata, ReferenceKv, Refer
                               protocol.VERIFY_FLOAT64})
 
     def __init__(self, device: str | None = None, backend: str | None = None):
-        where = placement(device, backend, device_flag="device", backend_flag="backend")
+        where = placement(device, backend, pack=type(self), device_flag="device", backend_flag="backend")
         self.device, self.backend = where.device, where.backend
         if self.backend == "triton":
-            _load_kernels(self.device)
+            _placement.load_kernels(self.device)

@@ -42,13 +42,13 @@ class ReferenceDpMetadata:
     def fill_draft_dp_metadata(self, case: DpSyncCase) -> DpSyncObservation:
         return self._observe(case, lambda proposer, fb, batch: proposer._fill_dp_moe_sync_metadata(fb, batch))
 
-    def init_mlp_sync_metadata(self, case: DpSyncCase) -> DpSyncObservation:
+    def fill_scheduler_dp_metadata(self, case: DpSyncCase) -> DpSyncObservation:
         return self._observe(case, lambda proposer, fb, batch: fb.init_mlp_sync_metadata(batch, is_draft_worker=True))
 
-    def scale_global_num_tokens(self, counts, logprob_counts, width: int, logprob_width: int):
+    def scale_rank_counts(self, counts, logprob_counts, width: int, logprob_width: int):
         return spec_info.spec_scale_global_num_tokens(_Widths(width, logprob_width), list(counts), list(logprob_counts))
 
-    def local_num_token_non_padded(self, case):
+    def local_non_padded_tokens(self, case):
         return [forward_batch_info.local_num_token_non_padded(case.global_count, case.rank_width, case.attn_tp_size, r)
                 for r in range(case.attn_tp_size)]
 

@@ -66,7 +66,7 @@ class ReferencePlanner:
         return CompactView(layout.qo_indptr.tolist(), layout.req_id.tolist(), layout.within.tolist(),
                            layout.valid.tolist(), packed, layout.scatter(packed, fill))
 
-    def pad_verify_lens_to_bucket(self, verify_lens, graph_num_tokens, padded_bs):
+    def pad_verify_lens_to_graph(self, verify_lens, graph_num_tokens, padded_bs):
         lens = torch.tensor(verify_lens, dtype=torch.int64)
         return planner.pad_verify_lens_to_bucket(lens, graph_num_tokens, padded_bs).tolist()
 

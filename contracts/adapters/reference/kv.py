@@ -25,6 +25,9 @@ class ReferenceKv:
     def kv_admission_limit(self, context_len, num_draft_tokens, page_size):
         return admission_limit(context_len, num_draft_tokens, page_size)
 
+    def kv_prompt_limit(self, context_len):
+        return context_len - 1  # the reference admits any prompt that leaves room for one new token
+
     def kv_page_sizes(self):
         return (1, 2, 4, 16, 64)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from contracts.adapters.sglang.draft import build_draft_side, idle_participation, propose
-from contracts.adapters.sglang.runtime import CPU, runtime
 from contracts.adapters.sglang.names import dp_fields, set_dp_inputs
+from contracts.adapters.sglang.runtime import CPU, runtime
 from contracts.boundary.dp import DpSyncCase, DpSyncObservation
 
 PREFIX = 10  # committed tokens per request; the fill does not read them
@@ -55,7 +55,7 @@ class SGLangDpMetadata:
         before, after, fb = side.fills[-1]
         return DpSyncObservation(before=before, after=after, num_tokens=int(fb.input_ids.numel()))
 
-    def init_mlp_sync_metadata(self, case: DpSyncCase) -> DpSyncObservation:
+    def fill_scheduler_dp_metadata(self, case: DpSyncCase) -> DpSyncObservation:
         """ForwardBatch.init_mlp_sync_metadata (draft worker) on the draft batch the proposer built, before its fill."""
         side, batch = self._fill(case)
         if not side.fills:
@@ -65,13 +65,13 @@ class SGLangDpMetadata:
         fb.init_mlp_sync_metadata(batch, CPU, is_draft_worker=True)
         return DpSyncObservation(before=before, after=dp_fields(fb), num_tokens=int(fb.input_ids.numel()))
 
-    def scale_global_num_tokens(self, counts, logprob_counts, width: int, logprob_width: int):
+    def scale_rank_counts(self, counts, logprob_counts, width: int, logprob_width: int):
         from sglang.srt.speculative.spec_info import spec_scale_global_num_tokens
 
         widths = SimpleNamespace(num_tokens_per_req=width, num_tokens_for_logprob_per_req=logprob_width)
         return spec_scale_global_num_tokens(widths, list(counts), list(logprob_counts))
 
-    def local_num_token_non_padded(self, case):
+    def local_non_padded_tokens(self, case):
         """ForwardBatch.set_local_num_token_non_padded on each attention-TP rank of one DP rank (the MLP-sync path:
         the per-DP width from global_num_tokens_cpu)."""
         runtime()

@@ -43,7 +43,7 @@ import types
 from types import SimpleNamespace
 from typing import Any, Iterator, Optional
 
-from contracts.adapters.patching import patched
+from contracts.patching import patched
 
 __all__ = [
     "SGLANG_VERSION",
@@ -60,7 +60,7 @@ __all__ = [
     "checkpoint_kv_cache_noop",
 ]
 
-SGLANG_VERSION = "0.5.23"
+SGLANG_VERSION = "0.5.23"  # what scripts/install_sglang.sh installs, and the version the pack was tested with
 INSTALL_HINT = "bash scripts/install_sglang.sh"
 
 RUNTIME_CONTEXT_MODULE = "sglang.srt.runtime_context"
@@ -74,7 +74,8 @@ _PREPARED = False
 # (a) installed-version check (no sglang import)
 # --------------------------------------------------------------------------------------
 def sglang_unavailable_reason() -> Optional[str]:
-    """None when sglang==0.5.23 is installed and importable, else a one-line reason.
+    """None when sglang is installed and importable, else a one-line reason. Any version loads: the pack's version
+    policy (`tested_versions`) says whether it was tested, and `--strict-version` refuses one that was not.
 
     Cheap: reads package metadata and the import spec; does not import sglang.
     Suitable for ``pytest.mark.skipif``.
@@ -83,8 +84,6 @@ def sglang_unavailable_reason() -> Optional[str]:
         installed = importlib.metadata.version("sglang")
     except importlib.metadata.PackageNotFoundError:
         return f"sglang is not installed; run `{INSTALL_HINT}`"
-    if installed != SGLANG_VERSION:
-        return f"sglang {installed} is installed but the adapter needs exactly {SGLANG_VERSION}; run `{INSTALL_HINT}`"
     try:
         spec = importlib.util.find_spec("sglang")
     except (ImportError, ValueError) as exc:  # pragma: no cover - broken sys.path entries
@@ -97,7 +96,7 @@ def sglang_unavailable_reason() -> Optional[str]:
 
 
 def check_sglang_installed() -> None:
-    """Raise RuntimeError with the install instruction unless sglang==0.5.23 is importable."""
+    """Raise RuntimeError with the install instruction unless sglang is importable."""
     reason = sglang_unavailable_reason()
     if reason is not None:
         raise RuntimeError(reason)
@@ -247,8 +246,8 @@ def inject_runtime_config(spec: Any = None, exec_: Any = None, *, replace: bool 
 def prepare_sglang_import() -> None:
     """Check the install, add the torchvision stand-in, publish the runtime config.
 
-    Raises RuntimeError (with the one-line install instruction) when sglang==0.5.23 is
-    missing. Safe to call many times.
+    Raises RuntimeError (with the one-line install instruction) when sglang is missing, or when the sglang that
+    imports is not the one installed (another copy earlier on sys.path). Safe to call many times.
     """
     global _PREPARED
     check_sglang_installed()
@@ -266,10 +265,11 @@ def prepare_sglang_import() -> None:
     inject_runtime_config()
     import sglang  # noqa: PLC0415 - after the stand-in on purpose
 
-    if getattr(sglang, "__version__", SGLANG_VERSION) != SGLANG_VERSION:
+    installed = importlib.metadata.version("sglang")
+    if getattr(sglang, "__version__", installed) != installed:
         raise RuntimeError(
             f"imported sglang reports {sglang.__version__} (from {getattr(sglang, '__file__', '?')}), "
-            f"expected {SGLANG_VERSION}; run `{INSTALL_HINT}`"
+            f"but sglang {installed} is installed; another copy shadows it on sys.path"
         )
     _PREPARED = True
 

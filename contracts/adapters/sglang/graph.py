@@ -20,9 +20,9 @@ from types import SimpleNamespace
 
 import torch
 
-from contracts.adapters.patching import patched
 from contracts.adapters.sglang.runtime import runtime
 from contracts.boundary.graph import GraphCase, GraphObservation
+from contracts.patching import patched
 
 
 class _Attention:

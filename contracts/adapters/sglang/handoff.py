@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from contracts.adapters.sglang.runtime import CPU, Pools, cpu_kernels, runtime
-from contracts.boundary.handoff import DraftInputView, HandoffCase, ResolvedInputs
+from contracts.boundary.handoff import DraftInputView, HandoffCase, RelayEvent, ResolvedInputs
 
 ALGORITHMS = {"dspark": "DSPARK", "dflash": "DFLASH"}  # the DFlash family SGLang dispatches in build_disagg_draft_input
 
@@ -21,10 +21,40 @@ class PrebuiltBatch:
     num_draft_tokens: int
 
 
+def _draft_input_view(draft_input, req_pool_indices) -> DraftInputView:
+    fi = draft_input.future_indices
+    return DraftInputView(
+        is_draft_input=bool(draft_input.is_draft_input()),
+        bonus_tokens=draft_input.bonus_tokens.clone(),
+        new_seq_lens=draft_input.new_seq_lens.clone(),
+        future_indices=None if fi is None else fi.clone(),
+        future_indices_is_req_pool_indices=fi is req_pool_indices,
+        future_dsa_topk_indices_available=bool(draft_input.future_dsa_topk_indices_available),
+    )
+
+
+def _record_relay(relay) -> list:
+    """Record the FutureMap's publish/stash calls, then let them run: not a mock, the engine's own FutureMap still
+    does the work; only the two bound methods of this instance are wrapped."""
+    events: list = []
+    publish, stash = relay.publish, relay.stash
+
+    def recorded_publish(indices, new_seq_lens, *args, **kwargs):
+        events.append(RelayEvent("publish", indices.tolist(), new_seq_lens.tolist()))
+        return publish(indices, new_seq_lens, *args, **kwargs)
+
+    def recorded_stash(indices, payload, *args, **kwargs):
+        events.append(RelayEvent("stash", indices.tolist(), payload.bonus_tokens.tolist()))
+        return stash(indices, payload, *args, **kwargs)
+
+    relay.publish, relay.stash = recorded_publish, recorded_stash
+    return events
+
+
 class SGLangHandoff:
     handoff_algorithms = tuple(ALGORITHMS)
 
-    def new_prebuilt_batch(self, case: HandoffCase) -> PrebuiltBatch:
+    def new_handoff_batch(self, case: HandoffCase) -> PrebuiltBatch:
         rt = runtime()
         T = case.gamma + 1
         # Room for the handed-over KV and each request's decode reserve (2T, page-rounded).
@@ -38,7 +68,7 @@ class SGLangHandoff:
     def batch_rows(self, handle: PrebuiltBatch) -> list:
         return [int(r) for r in handle.batch.req_pool_indices.tolist()]
 
-    def new_future_map(self, handle: PrebuiltBatch):
+    def new_relay(self, handle: PrebuiltBatch):
         from sglang.srt.managers.overlap_utils import FutureMap
 
         b = handle.batch
@@ -48,13 +78,16 @@ class SGLangHandoff:
         fm.output_tokens_buf.fill_(-1)
         return fm
 
-    def process_prebuilt(self, handle: PrebuiltBatch, future_map) -> None:
+    def record_relay(self, relay) -> list:
+        return _record_relay(relay)
+
+    def admit_handoff(self, handle: PrebuiltBatch, future_map) -> None:
         with runtime().config(num_draft_tokens=handle.num_draft_tokens):
             handle.batch.process_prebuilt(future_map)
 
     def draft_input_view(self, handle: PrebuiltBatch):
         b = handle.batch
-        return None if b.spec_info is None else DraftInputView.of(b.spec_info, b.req_pool_indices)
+        return None if b.spec_info is None else _draft_input_view(b.spec_info, b.req_pool_indices)
 
     def relay_snapshot(self, future_map) -> dict:
         return {"output_tokens_buf": future_map.output_tokens_buf.clone(), "new_seq_lens_buf": future_map.new_seq_lens_buf.clone()}

@@ -8,9 +8,13 @@ the verify level's subject.
 
 from __future__ import annotations
 
-from contracts.adapters.patching import patched
+from array import array
+from functools import lru_cache
+from types import SimpleNamespace
+
 from contracts.adapters.sglang.runtime import CPU, cpu_kernels, runtime
 from contracts.boundary.kv import KvCase, KvRequestStep, KvStep
+from contracts.patching import patched
 
 WRITES: dict = {}  # id(ReqKvInfo) -> writes of kv_allocated_len since the last reset
 
@@ -32,11 +36,76 @@ def _counting(kv):
     return kv
 
 
+@lru_cache(maxsize=None)
+def _admission(context_len: int) -> "_Admission":
+    return _Admission(context_len)
+
+
+class _Admission:
+    """SGLang's request admission at one context length, computed by SGLang's own code: the worker's limits
+    (TpModelWorker.get_worker_info: max_req_len, max_req_input_len), the prompt check (validate_input_length) and the
+    grant of new tokens (Scheduler.init_req_max_new_tokens). Their `self` objects are stand-ins holding only what
+    those functions read, with a KV pool far larger than the context (only the context length limits a request);
+    hides: a limit that comes from the pool's size rather than the context."""
+
+    BIG = 1 << 20
+
+    def __init__(self, context_len: int):
+        runtime()
+        from sglang.srt.managers.tp_worker import TpModelWorker
+
+        runner = SimpleNamespace(effective_logical_max_total_num_tokens=self.BIG, logical_max_total_num_tokens=self.BIG,
+                                 token_to_kv_pool_allocator=None, max_running_requests=8, forward_stream=None,
+                                 req_to_token_pool=SimpleNamespace(size=8, max_context_len=0),
+                                 token_to_kv_pool=SimpleNamespace(size=self.BIG))
+        worker = SimpleNamespace(model_runner=runner, model_config=SimpleNamespace(context_len=context_len),
+                                 dllm_algorithm=None, random_seed=0, device="cpu")
+        info = TpModelWorker.get_worker_info(worker)
+        self.max_req_len, self.max_req_input_len = info[4], info[5]
+
+    def _request(self, prompt_len: int, max_new_tokens: int):
+        from sglang.srt.managers.schedule_batch import Req
+        from sglang.srt.managers.scheduler import Scheduler
+        from sglang.srt.mem_cache.allocator.base import BaseTokenToKVPoolAllocator
+        from sglang.srt.sampling.sampling_params import SamplingParams
+
+        params = SamplingParams(max_new_tokens=max_new_tokens, top_k=1, temperature=0.0)
+        params.normalize(None)
+        req = Req("probe", "", array("q", [1] * prompt_len), params, vocab_size=32)
+        page = SimpleNamespace(page_size=1)
+        allocator = SimpleNamespace(page_size=1, max_new_tokens_for_memory=lambda *a, **k:
+                                    BaseTokenToKVPoolAllocator.max_new_tokens_for_memory(page, *a, **k))
+        sched = SimpleNamespace(max_new_tokens_limit=None, max_req_len=self.max_req_len, max_total_num_tokens=self.BIG,
+                                kv_shard_widening=1, page_size=1, token_to_kv_pool_allocator=allocator,
+                                sliding_window_size=None, chunked_prefill_size=None)
+        Scheduler.init_req_max_new_tokens(sched, req)
+        return req
+
+    def admits(self, prompt_len: int) -> bool:
+        from sglang.srt.managers.utils import validate_input_length
+
+        return validate_input_length(self._request(prompt_len, 1), self.max_req_input_len, False) is None
+
+    def longest_prompt(self) -> int:
+        n = self.max_req_input_len + 1  # validate_input_length decides; start just past the limit it is given
+        while n > 1 and not self.admits(n):
+            n -= 1
+        return n
+
+    def granted(self, prompt_len: int) -> int:
+        """The max_new_tokens the scheduler grants a prompt that asks for more than any context holds."""
+        return self._request(prompt_len, self.BIG).sampling_params.max_new_tokens
+
+
 class SGLangKv:
     def kv_admission_limit(self, context_len, num_draft_tokens, page_size):
-        # What the scheduler admits: max_new_tokens <= max_req_len - input_len - 1 (scheduler.py), with
-        # max_req_len = context_len - 1 (tp_worker.py); the reserve is not part of SGLang's admission.
-        return context_len - 2
+        # The longest prompt + max_new_tokens: a one-token prompt's max_new_tokens as the scheduler grants it
+        # (Scheduler.init_req_max_new_tokens), plus the prompt; the decode reserve is not part of SGLang's admission.
+        return 1 + _admission(context_len).granted(1)
+
+    def kv_prompt_limit(self, context_len):
+        # The longest prompt validate_input_length lets through (it refuses len >= max_req_input_len).
+        return _admission(context_len).longest_prompt()
 
     def kv_page_sizes(self):
         return (1, 2, 4, 16, 64)

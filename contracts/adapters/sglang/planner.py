@@ -161,7 +161,7 @@ class SGLangPlanner:
                            [bool(v) for v in valid.tolist()], packed.to(torch.int64),
                            scattered.reshape(len(verify_lens), width).to(torch.int64))
 
-    def pad_verify_lens_to_bucket(self, verify_lens, graph_num_tokens, padded_bs):
+    def pad_verify_lens_to_graph(self, verify_lens, graph_num_tokens, padded_bs):
         runtime()
         from sglang.kernels.ops.speculative.ragged_verify_kernels import pad_verify_lens_to_bucket
 

@@ -12,10 +12,10 @@ from types import SimpleNamespace
 
 import torch
 
-from contracts.adapters.patching import patched
 from contracts.adapters.sglang.planner import verify_planner
 from contracts.adapters.sglang.runtime import CPU, runtime
 from contracts.boundary.relay import RelayCase, RelayRead
+from contracts.patching import patched
 
 
 class SGLangRelay:

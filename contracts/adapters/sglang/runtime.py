@@ -30,7 +30,7 @@ from array import array
 import torch
 
 from contracts.adapters.sglang import env as sglang_env
-from contracts.adapters.patching import patched
+from contracts.patching import patched
 
 CPU = torch.device("cpu")
 VOCAB = 151936  # a Qwen-sized vocabulary, so any token id the strategies draw is in range

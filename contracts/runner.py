@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import seed as hypothesis_seed
+from hypothesis.database import ExampleDatabase
 from hypothesis.errors import FlakyFailure, UnsatisfiedAssumption
 
 from contracts.engines import engine_label, engine_spec
@@ -47,6 +50,50 @@ def _call(contract: Contract, engine, case) -> None:
                                 repro=repro_line(contract, engine, case)) from e
 
 
+class ContractDatabase(ExampleDatabase):
+    """The configured example database, seen through one contract's namespace: every key Hypothesis uses is
+    prefixed with the contract id. All contracts run the same test function, so Hypothesis gives them all one
+    database key; through this wrapper each contract replays only its own failures."""
+
+    def __init__(self, inner: ExampleDatabase, contract_id: str):
+        super().__init__()
+        self.inner, self.contract_id = inner, contract_id
+        self._prefix = contract_id.encode() + b"\x00"
+
+    def save(self, key: bytes, value: bytes) -> None:
+        self.inner.save(self._prefix + key, value)
+
+    def fetch(self, key: bytes):
+        return self.inner.fetch(self._prefix + key)
+
+    def delete(self, key: bytes, value: bytes) -> None:
+        self.inner.delete(self._prefix + key, value)
+
+    def move(self, src: bytes, dest: bytes, value: bytes) -> None:
+        self.inner.move(self._prefix + src, self._prefix + dest, value)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, ContractDatabase) and (self.inner, self.contract_id) == (other.inner, other.contract_id)
+
+    def __hash__(self) -> int:
+        return hash((ContractDatabase, self.contract_id))
+
+    def __repr__(self) -> str:
+        return f"ContractDatabase({self.inner!r}, {self.contract_id!r})"
+
+
+# The seed a derandomized profile runs each contract from: sha384 of the shared test function (`run` below, its source
+# and signature, as Hypothesis hashed them) and the contract id, the seed `derandomize` gave each contract while the id
+# was added to the test's digest. So a derandomized run draws the examples it always drew (those the engine findings
+# were found with), and two contracts with the same strategy draw different ones. Frozen: `run` may change freely.
+_DERANDOMIZED = b"    def run(case):\n        _call(contract, engine, case)<Signature (case)>"
+
+
+def derandomized_seed(contract_id: str) -> int:
+    """The fixed seed of `contract_id`'s examples under a derandomized profile (`ci`)."""
+    return int.from_bytes(hashlib.sha384(_DERANDOMIZED + contract_id.encode()).digest(), "big")
+
+
 def run_contract(contract: Contract, engine, *, profile: str | None = None, seed: int | None = None,
                  **settings_overrides) -> None:
     """Run one contract as `dspark-contracts check` does: the contract's own budget (capped by the profile's),
@@ -65,17 +112,24 @@ def run_contract(contract: Contract, engine, *, profile: str | None = None, seed
     def run(case):
         _call(contract, engine, case)
 
+    base = settings.default if profile is None else settings.get_profile(profile)
+    overrides = {"report_multiple_bugs": False, **settings_overrides}
+    if contract.max_examples is not None and "max_examples" not in settings_overrides:
+        overrides["max_examples"] = min(contract.max_examples, base.max_examples)
+    # Every contract runs the same `run`, so Hypothesis keys them alike: keep each contract's examples apart in
+    # the database, and give each its own fixed seed where the profile is derandomized.
+    derandomize = overrides.get("derandomize", base.derandomize)
+    database = overrides.get("database", None if derandomize else base.database)  # derandomized: no database
+    if database is not None:
+        overrides["database"] = ContractDatabase(database, contract.id)
+    if seed is None and derandomize:
+        seed = derandomized_seed(contract.id)
+
     test = given(case=contract.cases())(run)
     if seed is not None:
         test = hypothesis_seed(seed)(test)
     for ex in reversed(contract.examples):
         test = example(case=ex)(test)
-    # Keep each contract's examples apart in the Hypothesis database.
-    test.hypothesis.inner_test._hypothesis_internal_add_digest = contract.id.encode()
-    base = settings.default if profile is None else settings.get_profile(profile)
-    overrides = {"report_multiple_bugs": False, **settings_overrides}
-    if contract.max_examples is not None and "max_examples" not in settings_overrides:
-        overrides["max_examples"] = min(contract.max_examples, base.max_examples)
     settings(base, **overrides)(test)()
 
 
@@ -99,7 +153,7 @@ def run_with_ledger(contract: Contract, engine) -> None:
     describes that violation (reported as flaky), a failure otherwise."""
     from contracts import ledger
 
-    known = ledger.entries(engine.name, engine.version, contract.id)
+    known = ledger.engine_entries(engine, contract.id)
     if not known:
         run_contract(contract, engine)
         return

@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 SUITE = Path(__file__).parent / "suite"
@@ -19,7 +18,14 @@ EXIT_CODES = """exit codes:
      --device cuda without CUDA, a --backend this machine cannot run, or a --device/--backend the engine does not take
   3  nothing ran: every selected contract was skipped (pass --allow-skips to accept that),
      or a --require'd capability had a contract skipped or none at all
-  4  the engine could not be loaded, or its adapter is invalid (unknown capability, missing methods)
+  4  the engine could not be loaded, or its adapter is invalid (unknown capability, missing methods),
+     or --strict-version and the engine's version is not one its pack was tested with
+"""
+
+CHECK_DESCRIPTION = """Run the packaged contracts against an engine. Prints one header line naming the engine and its version,
+`engine NAME VERSION`, or `engine NAME VERSION (untested; tested: V1, V2)` when the engine pack was not tested at
+that version (--strict-version refuses such a version instead), then pytest's progress and failures, then the
+contract x result table. With --json - the JSON is stdout's only output and all of that goes to stderr.
 """
 
 
@@ -55,21 +61,46 @@ def _write_failed(e: OSError, path: str) -> int:
     return _fail(f"could not write {e.filename or path}: {e.strerror or e}", FAILED)
 
 
-def _output_path(flag: str, path, read_back: bool = False):
-    """An output file whose folder exists: checked before anything runs or is written. One the run reads back
-    (`--json`) must be a regular file: on /dev/stdout piped on, the run would wait on its own pipe."""
+def _output_path(flag: str, path, stdout_ok: bool = False):
+    """An output file whose folder exists: checked before anything runs or is written. With `stdout_ok`, `-` is
+    stdout."""
     if path is None:
         return None
     if not path:
-        raise ValueError(f"{flag}: empty path, expected a file path")
+        raise ValueError(f"{flag}: empty path, expected a file path" + (" or -" if stdout_ok else ""))
+    if stdout_ok and path == "-":
+        return path
     p = Path(path)
-    if read_back and p.exists() and not p.is_dir() and not p.is_file():
-        raise ValueError(f"{flag}: {path!r} is not a regular file; the run reads its JSON back, so write it to a file")
     if p.is_dir():
         raise ValueError(f"{flag}: {path!r} is a directory, expected a file path")
     if not p.parent.is_dir():
         raise ValueError(f"{flag}: the folder {str(p.parent)!r} does not exist")
     return str(p)
+
+
+def _pack(engine):
+    """The engine's pack (its adapter class), imported without loading the engine, so that its placement options
+    are checked with the other arguments; None when it cannot be imported (the engine's load then says why, exit 4)."""
+    from contracts.engines import EngineLoadError, chosen_engine, pack_class
+
+    try:
+        return pack_class(chosen_engine(engine))
+    except EngineLoadError:
+        return None
+
+
+def _is_stdout(path) -> bool:
+    """`-`, or a path that is this process's stdout (`/dev/stdout`, `/proc/self/fd/1`, the file stdout is
+    redirected to): the JSON is then written on stdout, and nothing else is."""
+    if path == "-":
+        return True
+    if path is None:
+        return False
+    try:
+        mine, theirs = os.fstat(sys.stdout.fileno()), os.stat(path)
+    except (OSError, ValueError):  # no such file yet, or a stdout without a descriptor (captured in a test)
+        return False
+    return (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino)
 
 
 def _validate(args) -> None:
@@ -79,13 +110,22 @@ def _validate(args) -> None:
 
     if args.workers is not None:
         args.workers = validation.workers(args.workers)
-    args.placement = validation.placement(args.device, args.backend)
+    args.placement = validation.placement(args.device, args.backend, pack=_pack(args.engine))
     args.contract = validation.contract_ids(args.contract, all_contracts())
     args.require = [validation.capability(level) for level in args.require]
     if args.durations is not None and args.durations < 0:
         raise ValueError(f"--durations: expected N >= 0 (0 = all), got {args.durations}")
+    if args.coverage:
+        from contracts import reach
+
+        missing = reach.coverage_missing()
+        if missing:
+            raise ValueError(missing)
+        if args.workers not in (None, "1"):  # coverage follows one process and its rank processes, not xdist's
+            raise ValueError("--coverage: measures one process and the rank processes it starts; drop -n")
     for flag in ("json", "html", "junitxml"):
-        setattr(args, flag, _output_path(f"--{flag}", getattr(args, flag), read_back=flag == "json"))
+        setattr(args, flag, _output_path(f"--{flag}", getattr(args, flag), stdout_ok=flag == "json"))
+    args.json_stdout = _is_stdout(args.json)
     if args.hypothesis_seed is not None:
         profile = args.profile or profiles.default_profile()
         if profile == "ci":  # Hypothesis ignores a seed when derandomize is on; say so rather than ignore it
@@ -93,9 +133,9 @@ def _validate(args) -> None:
                              "add --profile dev or --profile nightly")
 
 
-def _pytest_args(args, spec: str, json_path: str) -> list:
+def _pytest_args(args, spec: str) -> list:
     out = [str(SUITE), "-c", str(SUITE / "check.ini"), "--rootdir", str(SUITE), "--engine", spec,
-           "--contracts-json", json_path, "-q", "--no-header", "-p", "no:randomly",
+           "-q", "--no-header", "-p", "no:randomly",
            # This process imported hypothesis and the plugin already (argument checks, engine load); neither
            # needs assertion rewriting, so pytest's warning about it is noise.
            "-W", "ignore::pytest.PytestAssertRewriteWarning"]
@@ -106,6 +146,10 @@ def _pytest_args(args, spec: str, json_path: str) -> list:
         out += ["--hypothesis-profile", args.profile]
     if args.hypothesis_seed is not None:
         out += ["--hypothesis-seed", str(args.hypothesis_seed)]
+    if args.strict_version:  # xdist workers load the engine again
+        out += ["--strict-version"]
+    if args.hardening:
+        out += ["--hardening"]
     if args.workers:
         out += ["-n", args.workers]
     if args.junitxml:
@@ -113,7 +157,8 @@ def _pytest_args(args, spec: str, json_path: str) -> list:
     if args.durations is not None:
         out += [f"--durations={args.durations}"]
     out += ["--tb", args.tb]
-    if args.progress if args.progress is not None else sys.stdout.isatty():
+    shown_on = sys.stderr if getattr(args, "json_stdout", False) else sys.stdout  # where pytest's output goes
+    if args.progress if args.progress is not None else shown_on.isatty():
         out += ["--contracts-progress", "-o", "console_output_style=classic"]  # lines, not dots and [NN%]
     return out
 
@@ -151,12 +196,13 @@ def _one_torch_thread() -> None:
 
 
 @contextlib.contextmanager
-def _placement_env(where):
-    """$DSPARK_DEVICE / $DSPARK_BACKEND (and TRITON_INTERPRET=1 for the interpreter) while the check runs: the
-    adapter, xdist workers and rank processes all read them. Restored afterwards (main() may run in-process)."""
+def _placement_env(where, pack):
+    """$DSPARK_DEVICE / $DSPARK_BACKEND (and what the pack adds: TRITON_INTERPRET=1 for the interpreter) while the
+    check runs: the adapter, xdist workers and rank processes all read them. Restored afterwards (main() may run
+    in-process)."""
     from contracts.validation import placement_env, restore_env, set_env
 
-    saved = set_env(placement_env(where))  # before anything imports the kernels
+    saved = set_env(placement_env(where, pack=pack))  # before anything imports the kernels
     try:
         yield
     finally:
@@ -168,21 +214,78 @@ def _check(args) -> int:
         _validate(args)
     except ValueError as e:
         return _fail(str(e), BAD_ARGS)
+    if args.coverage:
+        return _check_with_coverage(args)
     _one_torch_thread()
-    with _placement_env(args.placement):
+    with _placement_env(args.placement, _pack(args.engine)):
         return _run_check(args)
 
 
+def _write_fd(fd: int, text: str) -> None:
+    data = text.encode()
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        raise _StdoutFailed(e.strerror or str(e)) from e
+
+
+def _write_file(f, text: str) -> None:
+    try:
+        f.write(text)
+        f.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        raise _StdoutFailed(e.strerror or str(e)) from e
+
+
+@contextlib.contextmanager
+def _stdout_for_json(json_only: bool):
+    """Yields the function that writes the JSON of `--json -`. With `json_only`, stdout is kept for that JSON alone:
+    what the run prints (the version line, pytest's output, the notes) goes to stderr, and so, where stdout is a
+    descriptor, does what reaches descriptor 1 itself (an engine's C code, xdist workers, rank processes)."""
+    original = sys.stdout
+    if not json_only:
+        yield lambda text: _write_file(original, text)
+        return
+    try:
+        fd, err_fd = original.fileno(), sys.stderr.fileno()
+    except (OSError, ValueError):  # a stdout without a descriptor (captured in a test): Python's writes only
+        with contextlib.redirect_stdout(sys.stderr):
+            yield lambda text: _write_file(original, text)
+        return
+    original.flush()
+    saved = os.dup(fd)
+    os.dup2(err_fd, fd)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield lambda text: _write_fd(saved, text)
+    finally:
+        with contextlib.suppress(OSError):
+            original.flush()  # what was written through the stdout object meanwhile goes to stderr too
+        os.dup2(saved, fd)
+        os.close(saved)
+
+
 def _run_check(args) -> int:
+    with _stdout_for_json(args.json_stdout) as json_out:
+        return _run_session(args, json_out)
+
+
+def _run_session(args, json_out) -> int:
     import pytest
 
-    from contracts.engines import EngineLoadError, chosen_engine, load_engine
+    from contracts.engines import EngineLoadError, chosen_engine, load_engine, version_line
     from contracts.plugin import Preloaded
     from contracts.validation import engine_placement
 
     spec = chosen_engine(args.engine)
     try:  # fail fast with one line; the session reuses this adapter instead of loading it again
-        engine = load_engine(spec)
+        engine = load_engine(spec, strict_version=args.strict_version)
+        _check_coverage_modules(engine)
     except EngineLoadError as e:
         source = "" if args.engine or not os.environ.get("DSPARK_ENGINE") else " (the engine named by $DSPARK_ENGINE)"
         return _fail(f"{e}{source}", ENGINE_ERROR)
@@ -190,36 +293,114 @@ def _run_check(args) -> int:
         engine_placement(engine, args.placement)
     except ValueError as e:
         return _fail(str(e), BAD_ARGS)
-    with tempfile.TemporaryDirectory(prefix="dspark-contracts-") as tmp:
-        json_path = args.json or os.path.join(tmp, "results.json")
-        code = int(pytest.main(_pytest_args(args, spec, json_path), plugins=[Preloaded(engine)]))
-        return _finish(args, engine, code, json_path)
+    _out(version_line(engine), flush=True)  # the header: `engine NAME VERSION`, and whether it was tested
+    session = Preloaded(engine)  # takes the finished table back, in memory
+    code = int(pytest.main(_pytest_args(args, spec), plugins=[session]))
+    return _finish(args, engine, code, session.table, json_out)
 
 
-def _finish(args, engine, code: int, json_path: str) -> int:
-    """The exit code of a finished session, after writing the HTML page if asked."""
+_REACH_ENV = "DSPARK_CONTRACTS_COVERAGE_MODULES"  # set in the measured child: the modules it must find
+
+
+def _check_coverage_modules(engine) -> None:
+    """In the measured child of `check --coverage`: the modules the pack declares exist (found once the engine
+    loaded: finding them imports their packages, which may need the engine's import setup)."""
+    from contracts.engines import EngineLoadError
+    from contracts.reach import missing_modules
+
+    modules = [m for m in os.environ.get(_REACH_ENV, "").split(",") if m]
+    missing = missing_modules(modules)
+    if missing:
+        raise EngineLoadError(f"engine {engine.name!r}: its pack's coverage_modules {', '.join(missing)} do not exist "
+                              f"in {engine.name} {engine.version}")
+
+
+def _check_with_coverage(args) -> int:
+    """`check --coverage`: the same check in a child process that coverage.py runs from its first line (the
+    engine's module-level code counts, and the rank processes it starts through multiprocessing are measured too),
+    then the rows per module the pack declares, added to the table, the JSON and the page."""
+    import tempfile
+
+    from contracts import reach
+    from contracts.engines import EngineLoadError, chosen_engine, pack_class
+
+    spec = chosen_engine(args.engine)
+    try:
+        modules = tuple(getattr(pack_class(spec), "coverage_modules", ()))
+    except EngineLoadError as e:
+        return _fail(str(e), ENGINE_ERROR)
+    if not modules:
+        return _fail(f"engine {spec!r}: --coverage needs its pack to declare coverage_modules", ENGINE_ERROR)
+    with tempfile.TemporaryDirectory(prefix="dspark-contracts-coverage-") as tmp:
+        run_json, page = os.path.join(tmp, "run.json"), os.path.join(tmp, "page.html")
+        argv = _without(args.argv, "--coverage", "--json", "--html") + ["--json", run_json]
+        argv += ["--html", page] if args.html else []  # the child adds the step pictures the page shows
+        env = {**os.environ, _REACH_ENV: ",".join(modules)}
+        with reach.measured_child(modules, tmp) as run:
+            code = run([sys.executable, "-m", "contracts.cli", *argv], env=env,
+                       stdout=sys.stderr if args.json_stdout else None)
+        if not os.path.exists(run_json):
+            return code
+        with open(run_json) as f:
+            data = json.load(f)
+    data["coverage"] = [r.as_dict() for r in run.rows]
+    _out(f"\ncoverage of {spec}'s DSpark code (statements, branches):\n{reach.table(run.rows)}")
+    return _write_reports(args, data, code)
+
+
+def _without(argv, *flags) -> list:
+    """`argv` less each flag in `flags` and the value that follows it (`--json PATH`, `--json=PATH`, `--coverage`)."""
+    out, skip = [], False
+    for i, a in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        name = a.split("=", 1)[0]
+        if name in flags:
+            skip = "=" not in a and name != "--coverage"
+            continue
+        out.append(a)
+    return out
+
+
+def _finish(args, engine, code: int, table, json_out) -> int:
+    """The exit code of a finished session, after writing the JSON and the HTML page if asked."""
     if code == ENGINE_ERROR:  # an xdist worker could not load the engine; pytest printed why
         return ENGINE_ERROR
     if code not in (0, 1, 5):
         return _fail(f"pytest stopped with exit code {code}", FAILED)
-    if not os.path.exists(json_path):
+    if table is None:
         return _fail(f"no contract ran (ids: {', '.join(args.contract) or 'all'})", NOTHING_RAN)
-    with open(json_path) as f:
-        data = json.load(f)
+    data = table.as_dict()
     if args.html:
-        from contracts.html_report import write_html
         from contracts.step_sample import sample_steps
 
         data["step_sample"] = sample_steps(engine)
-        try:
-            if args.json:
-                with open(args.json, "w") as f:
-                    json.dump(data, f, indent=2)
+    return _write_reports(args, data, code, json_out)
+
+
+def _write_reports(args, data: dict, code: int, json_out=None) -> int:
+    """Write the JSON and the page a finished run asked for, and turn its table into the exit code."""
+    written = {args.junitxml}  # pytest wrote it
+    target = None
+    try:
+        if args.json and not args.json_stdout:
+            target = args.json
+            with open(args.json, "w") as f:
+                json.dump(data, f, indent=2)
+            written.add(args.json)
+        if args.html:
+            from contracts.html_report import write_html
+
+            target = args.html
             write_html(args.html, [data])
-        except OSError as e:  # a full disk
-            return _write_failed(e, args.html)
+            written.add(args.html)
+    except OSError as e:  # a full disk
+        return _write_failed(e, target)
+    if args.json_stdout:  # the one document on stdout; the notes below go to stderr (_stdout_for_json)
+        (json_out or _out)(json.dumps(data, indent=2) + "\n")
     for path in (args.json, args.junitxml, args.html):
-        if path:
+        if path and path in written and _REACH_ENV not in os.environ:  # the measured child's files are its parent's
             _out(f"dspark-contracts: wrote {path}")
     result, message = exit_code(data, args.require, args.allow_skips)
     if code == 1 and result == OK:  # pytest saw a failure the table does not hold
@@ -262,7 +443,8 @@ def build_parser() -> argparse.ArgumentParser:
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     check = sub.add_parser("check", help="run the contracts against an engine and print the contract x result table",
-                           epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+                           description=CHECK_DESCRIPTION, epilog=EXIT_CODES,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     check.add_argument("--engine", help="entry point name or module:factory (default: $DSPARK_ENGINE, else reference)")
     check.add_argument("--contract", action="append", default=[], metavar="ID",
                        help="only this contract (repeatable, any case)")
@@ -274,10 +456,22 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--backend", metavar="torch|triton|auto",
                        help="verify ops: the torch reference or the Triton kernels (interpreted on cpu, compiled on "
                             "cuda); auto = triton on cuda, torch on cpu (default: $DSPARK_BACKEND, else auto)")
+    check.add_argument("--hardening", action="store_true",
+                       help="also run the contracts that are hardening on this engine: inputs its own producers never "
+                            "emit (listed apart, never findings; without the flag they are listed, not run)")
+    check.add_argument("--coverage", action="store_true",
+                       help="measure statement and branch coverage of the engine's DSpark code (the modules its pack "
+                            "declares), rank processes included; needs coverage.py (pip install coverage)")
+    check.add_argument("--strict-version", action="store_true",
+                       help="refuse (exit 4, one line) an engine version its pack was not tested with; without it, such "
+                            "a version runs and the header says so: 'engine NAME VERSION (untested; tested: ...)'")
     check.add_argument("--profile", choices=("dev", "ci", "nightly"), help="Hypothesis profile (default: ci under CI, else dev)")
     check.add_argument("--hypothesis-seed", type=int, metavar="N", help="Hypothesis seed (dev and nightly profiles)")
     check.add_argument("-n", "--workers", metavar="N", help="run on N pytest-xdist workers ('auto' for one per core)")
-    check.add_argument("--json", metavar="PATH", help="also write the table as JSON (engine, profile, failures)")
+    check.add_argument("--json", metavar="PATH",
+                       help="also write the table as JSON (engine, its version and tested versions, profile, failures); "
+                            "'-' (or /dev/stdout) writes it on stdout, which then holds the JSON only: the version line, "
+                            "progress, tracebacks, the table and the 'wrote' notes go to stderr")
     check.add_argument("--html", metavar="PATH", help="also write a self-contained HTML conformance page")
     check.add_argument("--junitxml", metavar="PATH", help="also write JUnit XML (pytest's --junitxml)")
     check.add_argument("--durations", type=int, metavar="N", help="list the N slowest phases (pytest's --durations; 0 = all)")
@@ -285,7 +479,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="traceback style of a failure, as pytest's --tb (default short: the table below it "
                             "already holds each violation's expected/observed and repro line)")
     check.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                       help="one line per contract as it finishes (default: when stdout is a terminal)")
+                       help="one line per contract as it finishes (default: when stdout, or stderr under --json -, "
+                            "is a terminal)")
     check.set_defaults(func=_check)
     report = sub.add_parser("report", help="render `check --json` results (one column per run) as one HTML page",
                             epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -298,6 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # `check --coverage` runs them again, measured
     try:
         code = args.func(args)
         _out(flush=True)  # a write that fails (a full disk) fails here, not in the interpreter's exit

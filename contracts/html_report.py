@@ -14,14 +14,15 @@ from html import escape
 
 from contracts.report import placement_text
 
-RESULTS = ("passed", "failed", "known-failure", "skipped")
+RESULTS = ("passed", "failed", "known-failure", "hardening", "skipped")
 _CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222}
 h1{font-size:22px}h2{font-size:18px;margin-top:28px}h3{font-size:15px}
 table{border-collapse:collapse}th,td{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}
 th{background:#f3f3f3}tbody th{white-space:nowrap}td.statement{max-width:560px;font-size:12px;color:#444}
 td.passed{background:#e3f5e1}td.failed{background:#f9d6d5;font-weight:bold}
-td.known-failure{background:#fdf0c8}td.skipped{background:#ececec;color:#666}td.absent{color:#aaa}
+td.known-failure{background:#fdf0c8}td.skipped{background:#ececec;color:#666}td.hardening{background:#e6eefc;color:#445}td.absent{color:#aaa}
+.version{font-family:monospace}.untested{background:#fdf0c8}
 dl{display:grid;grid-template-columns:max-content auto;gap:2px 12px}dt{font-weight:bold}dd{margin:0}
 pre{white-space:pre-wrap;word-break:break-all;background:#f7f7f7;padding:4px;margin:0}
 .charts{display:flex;flex-wrap:wrap;gap:16px}.note{color:#666}
@@ -148,12 +149,22 @@ def _failures(run, name) -> str:
     return "".join(out)
 
 
+def _version_line(run) -> str:
+    """The engine's version line (`engine sglang 0.5.23`, or `... (untested; tested: ...)`), marked when untested;
+    empty for a run written before `check` recorded it."""
+    line = run.get("engine_version_line")
+    if not line:
+        return ""
+    untested = " untested" if run.get("engine_tested") is False else ""
+    return f'<span class="version{untested}">{escape(line)}</span>; '
+
+
 def _run_info(run, name) -> str:
     c, h = run.get("counts", {}), run.get("hypothesis") or {}
     seed = "derandomized" if h.get("derandomize") else f"seed {h.get('seed') or 'random'}"
     caps = ", ".join(run.get("capabilities") or []) or "?"
     where = placement_text(run.get("engine_device") or "?", run.get("engine_backend"))
-    return (f"<li><b>{escape(name)}</b>: {escape(where)}; capabilities: {escape(caps)}; "
+    return (f"<li><b>{escape(name)}</b>: {_version_line(run)}{escape(where)}; capabilities: {escape(caps)}; "
             f"Hypothesis profile {escape(str(h.get('profile')))} ({seed}, max_examples {h.get('max_examples')}); "
             + ", ".join(f"{c.get(k, 0)} {k}" for k in RESULTS) + "</li>")
 
@@ -172,8 +183,20 @@ def render(runs) -> str:
     parts.append("<h2>Step level</h2>")
     for run, n in zip(runs, names):
         parts.append(f'<section class="steps"><h3>{escape(n)}</h3>{step_charts(run.get("step_sample"))}</section>')
+    measured = [(run, n) for run, n in zip(runs, names) if run.get("coverage")]
+    if measured:
+        parts.append("<h2>Engine-code coverage</h2>")
+        parts.extend(_coverage(run["coverage"], n) for run, n in measured)
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _coverage(rows, name) -> str:
+    """`check --coverage`: statements and branches of each module the pack declares as its engine's DSpark code."""
+    body = "".join(f"<tr><td>{escape(r['module'])}</td><td>{r['statements']}</td><td>{r['percent']:.0f}%</td>"
+                   f"<td>{r['branches']}</td><td>{r['branch_percent']:.0f}%</td></tr>" for r in rows)
+    return (f'<section class="coverage"><h3>{escape(name)}</h3><table><tr><th>module</th><th>statements</th>'
+            f"<th>covered</th><th>branches</th><th>covered</th></tr>{body}</table></section>")
 
 
 def write_html(path: str, runs) -> None:

@@ -1,6 +1,12 @@
 """The pytest plugin: markers, Hypothesis profiles, `--engine`, the contract table.
 
 Loaded by this repo's root conftest; other repos use `-p contracts.plugin`.
+
+The finished table is handed over in memory: at session end (on the controller, under
+pytest-xdist, where the workers' rows are merged) the plugin calls the hook
+`pytest_dspark_contracts_table(config, table)` with the `ContractTable`. `Preloaded`,
+which `dspark-contracts check` passes to `pytest.main(plugins=...)`, implements it and
+keeps the table as its `table` attribute; `--contracts-json PATH` writes it as JSON.
 """
 
 from __future__ import annotations
@@ -11,8 +17,8 @@ import pytest
 from hypothesis import settings
 
 from contracts import profiles
-from contracts.engines import EngineLoadError, chosen_engine, load_engine
-from contracts.report import ContractTable, engine_properties, failure_properties
+from contracts.engines import EngineLoadError, chosen_engine, load_engine, pack_class
+from contracts.report import HARDENING, ContractTable, engine_properties, failure_properties
 from contracts.violation import find_violation
 
 OPT_IN = ("bench", "nightly", "triton")  # collected only when -m names them
@@ -33,6 +39,18 @@ _TABLE = pytest.StashKey[ContractTable]()
 _ENGINE = pytest.StashKey[object]()
 _PLACEMENT = pytest.StashKey[object]()  # contracts.validation.Placement
 _SAVED_ENV = pytest.StashKey[dict]()
+_PRELOADED = pytest.StashKey[bool]()
+
+
+class _Hooks:
+    @pytest.hookspec
+    def pytest_dspark_contracts_table(self, config, table):
+        """The session's finished contract x result table (`contracts.report.ContractTable`), once, at session
+        finish: on the controller under pytest-xdist (its rows are every worker's), never on a worker."""
+
+
+def pytest_addhooks(pluginmanager):
+    pluginmanager.add_hookspecs(_Hooks)
 
 
 def pytest_addoption(parser):
@@ -40,6 +58,10 @@ def pytest_addoption(parser):
     group.addoption("--engine", default=None,
                     help="engine under test: an entry point name or module:factory (default: $DSPARK_ENGINE, else reference)")
     group.addoption("--contracts-json", default=None, metavar="PATH", help="write the contract x result table as JSON")
+    group.addoption("--strict-version", action="store_true", default=False,
+                    help="refuse (exit 4) an engine version its pack was not tested with (its tested_versions)")
+    group.addoption("--hardening", action="store_true", default=False,
+                    help="also run the engine's hardening contracts (inputs its own producers never emit)")
     group.addoption("--contract", action="append", default=[], metavar="ID", help="run only these contract ids")
     group.addoption("--contracts-progress", action="store_true", default=False,
                     help="print one line per contract as it finishes (id, result, time) instead of dots")
@@ -76,11 +98,16 @@ def _configure_placement(config) -> None:
 
     device, backend = config.getoption("contracts_device"), config.getoption("contracts_backend")
     try:
-        where = placement(device, backend, device_flag="--contracts-device", backend_flag="--contracts-backend")
+        pack = pack_class(chosen_engine(config.getoption("engine")))
+    except EngineLoadError:
+        pack = None  # the engine fixture reports it, where the run needs the engine
+    try:
+        where = placement(device, backend, pack=pack, device_flag="--contracts-device", backend_flag="--contracts-backend")
     except ValueError as e:
         raise pytest.UsageError(str(e)) from None
     config.stash[_PLACEMENT] = where
-    config.stash[_SAVED_ENV] = set_env(placement_env(where, device=device is not None, backend=backend is not None))
+    config.stash[_SAVED_ENV] = set_env(placement_env(where, pack=pack, device=device is not None,
+                                                     backend=backend is not None))
 
 
 def pytest_unconfigure(config):
@@ -90,7 +117,8 @@ def pytest_unconfigure(config):
 
 
 class Preloaded:
-    """Hands an adapter that is already loaded to the session, so it is not loaded twice.
+    """Hands an adapter that is already loaded to the session, so it is not loaded twice, and takes the finished
+    contract table back (`table`: None until the session finishes, or when pytest stopped before a session began).
 
     `dspark-contracts check` loads the engine before pytest starts (to fail fast with
     one line) and passes this to `pytest.main(plugins=...)`; xdist workers still load their own.
@@ -98,10 +126,15 @@ class Preloaded:
 
     def __init__(self, engine):
         self.engine = engine
+        self.table = None
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_configure(self, config):
         config.stash[_ENGINE] = self.engine
+        config.stash[_PRELOADED] = True  # its loader showed the version line already
+
+    def pytest_dspark_contracts_table(self, config, table):
+        self.table = table
 
 
 @pytest.fixture(scope="session")
@@ -111,7 +144,8 @@ def engine(pytestconfig):
         from contracts.validation import engine_placement
 
         try:
-            engine = load_engine(chosen_engine(pytestconfig.getoption("engine")))
+            engine = load_engine(chosen_engine(pytestconfig.getoption("engine")),
+                                 strict_version=pytestconfig.getoption("strict_version"))
         except EngineLoadError as e:
             pytest.exit(f"dspark-contracts: {e}", returncode=4)
         try:
@@ -179,8 +213,7 @@ def _backend_text(where) -> str:
 
 
 def _profile_name() -> str:
-    getter = getattr(settings, "get_current_profile_name", None)
-    return getter() if getter is not None else settings._current_profile
+    return settings.get_current_profile_name()  # public since Hypothesis 6.139.0
 
 
 def _hypothesis_info(config) -> dict:
@@ -233,7 +266,9 @@ class _Recorder:
         if hasattr(report, "wasxfail"):
             outcome, detail = "known-failure", report.wasxfail
         elif report.skipped:
-            outcome, detail = "skipped", report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            detail = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            outcome = HARDENING if detail.removeprefix("Skipped: ").startswith(f"{HARDENING}:") else "skipped"
+            detail = detail.removeprefix("Skipped: ") if outcome == HARDENING else detail
         elif report.failed:
             crash = getattr(report.longrepr, "reprcrash", None)
             outcome, detail = "failed", crash.message.splitlines()[0] if crash is not None and crash.message else report.when
@@ -246,14 +281,24 @@ class _Recorder:
                 terminal.write_line(table.progress_line(row), flush=True)
 
 
-def pytest_terminal_summary(terminalreporter, config):
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session):
+    config = session.config
+    if hasattr(config, "workerinput"):  # an xdist worker: its rows reach the controller in its reports
+        return
     table = config.stash[_TABLE]
     table.hypothesis = _hypothesis_info(config)
     path = config.getoption("contracts_json")
     if path:  # written even when no contract ran, so a caller can tell "none ran" from "crashed"
         table.write_json(path)
-    if not table.rows:
+    config.hook.pytest_dspark_contracts_table(config=config, table=table)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    table = config.stash[_TABLE]
+    if not table.rows or hasattr(config, "workerinput"):
         return
     terminalreporter.section("dspark contracts")
-    for line in table.lines():
+    # The engine's version line heads the table, unless `check` printed it before the session.
+    for line in table.lines(version_line=not config.stash.get(_PRELOADED, False)):
         terminalreporter.write_line(line)

@@ -10,20 +10,28 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Optional
 
-_RANK = {"passed": 0, "skipped": 1, "known-failure": 2, "failed": 3}  # the worst outcome of a contract's phases wins
+from contracts.engines import VersionStatus
+
+_RANK = {"passed": 0, "skipped": 1, "hardening": 1, "known-failure": 2, "failed": 3}  # the worst of a contract's phases wins
+# A contract whose inputs the engine's own producers never emit (the pack's `hardening`): not a finding; it runs
+# only under --hardening, and its row sits under its own heading either way.
+HARDENING = "hardening"
 # user_properties keys: the engine under test, and a failure's ContractViolation fields.
 ENGINE_KEYS = ("dspark_engine", "dspark_engine_name", "dspark_engine_spec", "dspark_engine_version",
-               "dspark_engine_device", "dspark_engine_capabilities", "dspark_engine_backend")
+               "dspark_engine_device", "dspark_engine_capabilities", "dspark_engine_backend",
+               "dspark_engine_tested_versions")
 FAILURE_KEYS = {"field": "dspark_field", "expected": "dspark_expected", "observed": "dspark_observed",
                 "case": "dspark_case", "repro": "dspark_repro", "message": "dspark_message"}
 
 
 def engine_properties(engine) -> list:
-    from contracts.engines import engine_label, engine_spec
+    from contracts.engines import engine_label, engine_spec, version_status
 
     values = (engine_label(engine), engine.name, engine_spec(engine), engine.version,
-              engine.device, ",".join(sorted(engine.capabilities)), getattr(engine, "backend", None) or "")
+              engine.device, ",".join(sorted(engine.capabilities)), getattr(engine, "backend", None) or "",
+              json.dumps(list(version_status(engine).tested_versions)))  # a list in one string, commas and all
     return list(zip(ENGINE_KEYS, map(str, values)))
+
 
 
 def placement_text(device, backend) -> str:
@@ -60,6 +68,7 @@ class Row:
     seconds: float = 0.0
     detail: str = ""
     failure: Optional[Failure] = None
+    hardening: str = ""  # why this contract is hardening on this engine ("" when it is not)
 
 
 @dataclass
@@ -68,6 +77,7 @@ class ContractTable:
     rows: dict = field(default_factory=dict)
     engine_info: dict = field(default_factory=dict)  # name, spec, version, device, capabilities
     hypothesis: dict = field(default_factory=dict)  # profile, derandomize, max_examples, seed
+    coverage: Optional[list] = None  # --coverage: one dict per declared engine module (contracts.reach.ModuleReach)
 
     def note_engine(self, properties: dict) -> None:
         if self.engine_info or "dspark_engine" not in properties:
@@ -76,6 +86,10 @@ class ContractTable:
         self.engine_info = {k[len("dspark_engine_"):]: properties[k] for k in ENGINE_KEYS[1:] if k in properties}
         self.engine_info["capabilities"] = sorted(filter(None, self.engine_info.get("capabilities", "").split(",")))
         self.engine_info["backend"] = self.engine_info.get("backend") or None
+        status = VersionStatus(self.engine_info.get("name", self.engine), self.engine_info.get("version", ""),
+                               tuple(json.loads(self.engine_info.get("tested_versions") or "[]")))
+        self.engine_info.update(tested_versions=list(status.tested_versions), tested=status.tested,
+                                version_line=status.line)
         for row in self.rows.values():
             row.engine = self.engine
 
@@ -83,6 +97,7 @@ class ContractTable:
         properties = properties or {}
         self.note_engine(properties)
         row = self.rows.setdefault(contract.id, Row(contract.id, contract.statement, self.engine, sorted(contract.requires)))
+        row.hardening = row.hardening or properties.get("dspark_hardening", "")
         row.seconds += seconds
         if _RANK[outcome] > _RANK[row.result]:
             row.result, row.detail = outcome, detail
@@ -93,7 +108,7 @@ class ContractTable:
         return row
 
     def counts(self) -> dict:
-        out = {"passed": 0, "failed": 0, "skipped": 0, "known-failure": 0}
+        out = {"passed": 0, "failed": 0, "skipped": 0, "known-failure": 0, "hardening": 0}
         for row in self.rows.values():
             out[row.result] += 1
         return out
@@ -101,37 +116,54 @@ class ContractTable:
     def progress_line(self, row: Row) -> str:
         return f"{row.id:<12} {row.result:<13} {row.seconds:6.1f}s"
 
-    def lines(self) -> list:
+    def lines(self, version_line: bool = False) -> list:
+        """The table as printed; with `version_line`, headed by the engine's version line (`engine sglang 0.5.23`,
+        or `... (untested; tested: ...)`), which the plugin prints there and `check` before the session."""
         width = max((len(r.id) for r in self.rows.values()), default=2)
         info = self.engine_info
         out = []
+        if info and version_line:
+            out.append(info["version_line"])
         if info:
             out.append(f"engine={self.engine} {info['version']}: {placement_text(info['device'], info.get('backend'))}")
         out.append(f"{'contract':<{width}}  {'result':<7}  {'time':>6}  statement")
-        for r in sorted(self.rows.values(), key=lambda r: r.id):
-            text = r.statement if len(r.statement) <= 100 else r.statement[:97] + "..."
-            out.append(f"{r.id:<{width}}  {r.result:<7}  {r.seconds:5.1f}s  {text}")
-            if r.result != "passed" and r.detail:
-                out.append(f"{'':<{width}}  {'':<7}  {'':>6}  -> {r.detail}")
-            if r.failure is not None and r.failure.repro:
-                out.append(f"{'':<{width}}  {'':<7}  {'':>6}     repro: {r.failure.repro}")
+        rows = sorted(self.rows.values(), key=lambda r: r.id)
+        for r in (r for r in rows if not r.hardening):
+            out.extend(self._row_lines(r, width))
+        hardening = [r for r in rows if r.hardening]
+        if hardening:
+            out.append("hardening (inputs this engine's own producers never emit; not findings; run with --hardening):")
+            for r in hardening:
+                out.extend(self._row_lines(r, width))
         c = self.counts()
         where = f" {info['version']} on {info['device']}" if info else ""
         out.append(f"engine={self.engine}{where}: {c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped, "
-                   f"{c['known-failure']} known failures")
+                   f"{c['known-failure']} known failures" + (f", {c['hardening']} hardening not run" if c["hardening"] else ""))
         if self.hypothesis:
             h = self.hypothesis
             seed = "derandomized" if h.get("derandomize") else f"seed={h.get('seed')}"
             out.append(f"hypothesis: profile={h.get('profile')} ({seed}, max_examples={h.get('max_examples')})")
         return out
 
+    @staticmethod
+    def _row_lines(r: Row, width: int) -> list:
+        text = r.statement if len(r.statement) <= 100 else r.statement[:97] + "..."
+        out = [f"{r.id:<{width}}  {r.result:<7}  {r.seconds:5.1f}s  {text}"]
+        if r.result != "passed" and r.detail:
+            out.append(f"{'':<{width}}  {'':<7}  {'':>6}  -> {r.detail}")
+        if r.failure is not None and r.failure.repro:
+            out.append(f"{'':<{width}}  {'':<7}  {'':>6}     repro: {r.failure.repro}")
+        return out
+
     def as_dict(self) -> dict:
         info = self.engine_info
         return {"engine": self.engine, "engine_name": info.get("name"), "engine_spec": info.get("spec"),
                 "engine_version": info.get("version"), "engine_device": info.get("device"),
-                "engine_backend": info.get("backend"),
+                "engine_backend": info.get("backend"), "engine_tested_versions": info.get("tested_versions"),
+                "engine_tested": info.get("tested"), "engine_version_line": info.get("version_line"),
                 "capabilities": info.get("capabilities"), "hypothesis": self.hypothesis, "counts": self.counts(),
-                "contracts": [asdict(r) for r in sorted(self.rows.values(), key=lambda r: r.id)]}
+                "contracts": [asdict(r) for r in sorted(self.rows.values(), key=lambda r: r.id)],
+                **({} if self.coverage is None else {"coverage": self.coverage})}
 
     def write_json(self, path: str) -> None:
         with open(path, "w") as f:

@@ -165,16 +165,33 @@ def test_bad_arguments_exit_2_before_the_engine_is_loaded(argv, words, capsys):
     assert code == 2 and len(err.splitlines()) == 1 and all(w in err for w in words), (code, err)
 
 
-def test_a_report_path_that_is_a_pipe_is_refused(tmp_path, capsys):
-    """`--json /dev/stdout | cat`: the run reads its JSON back, so it waited on its own pipe forever."""
+def test_a_json_path_that_is_a_pipe_or_stdout_is_taken(tmp_path, capsys):
+    """The table comes back in memory, not read from the --json file: a pipe, `-` or /dev/stdout is a fine target (the
+    run once read its JSON back and, on /dev/stdout piped on, waited on its own pipe). A missing folder and a
+    directory are still refused."""
     import os
 
     fifo = tmp_path / "out.json"
     os.mkfifo(fifo)
-    assert cli.main(["check", "--engine", "not_installed_pkg:Factory", "--json", str(fifo)]) == 2
-    assert f"--json: {str(fifo)!r} is not a regular file" in capsys.readouterr().err
-    # Only the JSON is read back: the page and the JUnit file may go to a device.
+    for target in (str(fifo), "-", "/dev/stdout"):  # exit 4: past the argument checks, at the engine's load
+        assert cli.main(["check", "--engine", "not_installed_pkg:Factory", "--json", target]) == 4, target
     assert cli.main(["check", "--engine", "not_installed_pkg:Factory", "--junitxml", "/dev/null"]) == 4
+    assert "not_installed_pkg" in capsys.readouterr().err
+    for target, words in ((str(tmp_path / "no" / "r.json"), "does not exist"), (str(tmp_path), "is a directory")):
+        assert cli.main(["check", "--engine", "not_installed_pkg:Factory", "--json", target]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and err.startswith("dspark-contracts: --json: ") and words in err, err
+
+
+def test_only_stdout_itself_is_stdout(tmp_path, monkeypatch):
+    """`-`, and a path that is the file stdout writes to, take the JSON-on-stdout route; another file does not."""
+    out, other = tmp_path / "out.txt", tmp_path / "other.json"
+    other.write_text("")
+    with open(out, "w") as f:
+        monkeypatch.setattr("sys.stdout", f)
+        assert cli._is_stdout("-") and cli._is_stdout(str(out)) and cli._is_stdout(f"/proc/self/fd/{f.fileno()}")
+        assert not cli._is_stdout(str(other)) and not cli._is_stdout(str(tmp_path / "new.json"))
+        assert not cli._is_stdout(None)
 
 
 def test_argparse_errors_are_one_line_and_exit_2(capsys):
@@ -275,5 +292,5 @@ def test_failure_tracebacks_are_short_unless_asked(argv, style):
     of the runner's frames buried it (about 100 lines a failure)."""
     args = cli.build_parser().parse_args(argv)
     cli._validate(args)
-    out = cli._pytest_args(args, "reference", "r.json")
+    out = cli._pytest_args(args, "reference")
     assert out[out.index("--tb") + 1] == style

@@ -25,8 +25,8 @@ DOUBLING = textwrap.dedent("""
     class Doubling(ReferenceAdapter):
         name = "doubling"
         capabilities = ReferenceAdapter.capabilities - {"ranks"}
-        def scale_global_num_tokens(self, counts, logprob_counts, width, logprob_width):
-            scaled, logprob = super().scale_global_num_tokens(counts, logprob_counts, width, logprob_width)
+        def scale_rank_counts(self, counts, logprob_counts, width, logprob_width):
+            scaled, logprob = super().scale_rank_counts(counts, logprob_counts, width, logprob_width)
             return [2 * x for x in scaled], logprob
 """)
 LABEL = "doubling (bad_engine:Doubling)"
@@ -208,16 +208,16 @@ def test_failure_fields_survive_xdist(tmp_path):
 
 _KNOWN = """
     import pytest
-    from contracts import ledger
     from contracts.ledger import KnownFailure
     pytest_plugins = ['contracts.plugin']
 
     @pytest.fixture(autouse=True)
     def pretend_known(monkeypatch, engine):  # undone after the test, so the outer session is unaffected
-        monkeypatch.setattr(ledger, "LEDGER", (KnownFailure("reference", engine.version, "SCALE-001", "^scaled counts$",
-                                                            "evidence: pretend"),))
-        scale = type(engine).scale_global_num_tokens  # the loaded adapter's own class: no module identity to get wrong
-        monkeypatch.setattr(type(engine), "scale_global_num_tokens",
+        # A pack lists its known failures on its adapter (`known_failures`); this one, for this test only.
+        monkeypatch.setattr(engine, "known_failures", (KnownFailure("reference", f"=={engine.version}", "SCALE-001",
+                                                                    "^scaled counts$", "evidence: pretend"),))
+        scale = type(engine).scale_rank_counts  # the loaded adapter's own class: no module identity to get wrong
+        monkeypatch.setattr(type(engine), "scale_rank_counts",
                             lambda self, c, lc, w, lw: ([x + 1 for x in scale(self, c, lc, w, lw)[0]], list(lc)))
 """
 

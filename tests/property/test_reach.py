@@ -1,0 +1,52 @@
+"""`check --coverage`: the engine's own DSpark code measured, rank processes included; bad input is one line."""
+
+import json
+import sys
+
+import pytest
+
+from contracts import reach
+from contracts.cli import main
+
+pytestmark = pytest.mark.skipif(reach.coverage_missing() is not None, reason="coverage.py is not installed")
+
+
+def test_coverage_reports_each_declared_module(tmp_path, capsys):
+    out = tmp_path / "run.json"
+    # RANKS-001 runs in rank processes only: its code counts only if the children are measured.
+    assert main(["check", "--coverage", "--contract", "RANKS-001", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["coverage"]
+    assert [r["module"] for r in rows] == ["dspark"]
+    assert rows[0]["statements"] > 1000 and 0 < rows[0]["covered"] < rows[0]["statements"]
+    text = capsys.readouterr().out
+    assert "coverage of reference's DSpark code" in text and "dspark " in text
+
+
+def test_rank_processes_are_measured(tmp_path):
+    """The DP rank program (dspark.dp_runner's RankProgram.step) runs only in the ranks: it is covered."""
+    folder = tmp_path / "cov"
+    folder.mkdir()
+    with reach.measured_child(["dspark.dp_runner"], str(folder)) as run:
+        code = run([sys.executable, "-m", "contracts.cli", "check", "--contract", "RANKS-001"])
+    assert code == 0
+    (row,) = run.rows
+    assert row.covered > 0.6 * row.statements, row
+
+
+def test_coverage_without_coverage_py_is_exit_2_with_the_install_line(monkeypatch, capsys):
+    monkeypatch.setattr(reach, "coverage_missing", lambda: "--coverage: needs coverage.py, which is not installed "
+                                                          "(pip install coverage)")
+    assert main(["check", "--coverage"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "dspark-contracts: --coverage: needs coverage.py, which is not installed (pip install coverage)"]
+
+
+def test_coverage_modules_that_do_not_exist_are_named_exit_4(tmp_path, monkeypatch, capfd):
+    (tmp_path / "odd_pack.py").write_text(
+        "from contracts.adapters.reference import ReferenceAdapter\n"
+        "class Odd(ReferenceAdapter):\n    coverage_modules = ('dspark.planner', 'dspark.no_such_module')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    assert main(["check", "--coverage", "--engine", "odd_pack:Odd", "--contract", "PLAN-001"]) == 4
+    err = capfd.readouterr().err  # the measured child's line
+    assert "coverage_modules dspark.no_such_module do not exist in reference 0.1.0" in err, err

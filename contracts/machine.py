@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager
+from dataclasses import replace
 
 import torch
 from hypothesis import HealthCheck, Phase, settings
@@ -31,7 +32,6 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
-    get_state_machine_test,
     initialize,
     invariant,
     precondition,
@@ -41,6 +41,7 @@ from hypothesis.stateful import (
 
 from contracts.boundary.engine import RequestSpec
 from contracts.checks import expect, expect_equal
+from contracts.protocol import STEP_OVERLAP_TOGGLE, STEP_PD, STEP_RAGGED
 from contracts.strategies.engine import MACHINE_SPECS, request_shapes
 from contracts.violation import Mismatch
 
@@ -94,6 +95,11 @@ class DecodeLoopMachine(RuleBasedStateMachine):
         self._new_engine(data.draw(self.specs if self.specs is not None else DEFAULT_SPECS, label="spec"))
         self._admit(data, via, n)
 
+    def _via(self, via: str) -> str:
+        """A PD handoff where the engine admits one (step.pd-handoff), else local prefill. Mapped, not drawn from
+        another list, so the programs an engine with every capability sees stay the same."""
+        return via if via == "local" or STEP_PD in self.engine.capabilities else "local"
+
     def _new_engine(self, spec):
         self.spec = spec
         self.h = self.engine.new_engine(spec)
@@ -109,6 +115,7 @@ class DecodeLoopMachine(RuleBasedStateMachine):
         self._admit(data, via, data.draw(st.integers(1, min(4, MAX_LIVE - len(self.live))), label="new requests"))
 
     def _admit(self, data, via, n):
+        via = self._via(via)
         shapes = request_shapes(self.spec.vocab_size)
         # A batch of one shape unless drawn distinct: failures that need many requests (rows past a ring size) then
         # shrink to one shape per batch instead of one per request, at no loss of reach.
@@ -164,7 +171,7 @@ class DecodeLoopMachine(RuleBasedStateMachine):
         self.engine.abort(self.h, rid)
         self.live.remove(rid)
 
-    @precondition(lambda self: self.h is not None)
+    @precondition(lambda self: self.h is not None and STEP_OVERLAP_TOGGLE in self.engine.capabilities)
     @rule()
     def toggle_overlap(self):
         self.overlap = not self.overlap
@@ -293,18 +300,27 @@ def _past_the_ring_requests(vocab_size: int) -> list:
             for i in range(MAX_LIVE - 1)]
 
 
+def engine_specs(engine) -> list:
+    """The machine's engine configurations this engine runs: the static ones only without step.ragged."""
+    return [s for s in MACHINE_SPECS if s.verify_mode == "static" or STEP_RAGGED in engine.capabilities]
+
+
 def run_pinned_program(machine) -> None:
-    """The machine's checks over the pinned program (a Mismatch names the program)."""
-    state, reqs = machine(), _past_the_ring_requests(PAST_THE_RING.vocab_size)
+    """The machine's checks over the pinned program (a Mismatch names the program); in static mode on an engine
+    without the ragged verify modes, which still puts more live requests than a captured batch through overlap."""
+    spec = PAST_THE_RING
+    if STEP_RAGGED not in machine.engine.capabilities:
+        spec = replace(spec, verify_mode="static", force_budget_frac=None, sps=None, capture_bs=None)
+    state, reqs = machine(), _past_the_ring_requests(spec.vocab_size)
     try:
-        state._new_engine(PAST_THE_RING)
+        state._new_engine(spec)
         state._admit_requests(reqs, "local")
         state.requests_agree()
         while state.live:
             state._one_step()
             state.requests_agree()
     except Exception as e:
-        _reraise_with(e, f"    pinned program: {PAST_THE_RING}, requests {reqs} added locally, steps until none is live",
+        _reraise_with(e, f"    pinned program: {spec}, requests {reqs} added locally, steps until none is live",
                       "pinned program")
 
 
@@ -317,6 +333,10 @@ def _reraise_with(e: Exception, program: str, where: str):
 
 def run_decode_loop(engine, families=FAMILIES, *, specs=None, max_examples=25, steps=12) -> None:
     """Run the machine as a test; raises the first violated expectation (a Mismatch) after shrinking."""
+    if specs is None and len(engine_specs(engine)) < len(MACHINE_SPECS):
+        specs = st.sampled_from(engine_specs(engine))
+        with single_thread():
+            run_pinned_program(machine_for(engine, families, specs))
     machine = machine_for(engine, families, specs)
     if specs is None:
         with single_thread():
@@ -328,13 +348,12 @@ def run_decode_loop(engine, families=FAMILIES, *, specs=None, max_examples=25, s
     config = settings(max_examples=limit, stateful_step_count=steps, deadline=None, report_multiple_bugs=False, database=None,
                       phases=phases, **({} if seed is None else {"derandomize": False}),
                       suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
+    if seed is not None:
+        _SEEDED[-1][1].append(seed)
+        machine = hypothesis_seed(seed)(machine)  # `@seed` on a RuleBasedStateMachine class seeds its runs
     try:
         with single_thread():
-            if seed is None:
-                run_state_machine_as_test(machine, settings=config)
-            else:
-                _SEEDED[-1][1].append(seed)
-                hypothesis_seed(seed)(get_state_machine_test(machine, settings=config))()
+            run_state_machine_as_test(machine, settings=config)
     except Exception as e:
         _reraise_with(e, step_program(e), "step program")
 

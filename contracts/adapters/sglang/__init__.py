@@ -6,7 +6,8 @@ ScheduleBatch.init_new, FutureMap, DraftBlockProposer) and calls the entry
 points the scheduler and worker call, then reads the outputs. What a CPU host
 forces it to substitute is listed, with what each substitution can hide, in the
 docstrings of `runtime` (kernel entries without a CPU path) and `draft` (the
-draft model's forward and LM head, the parallel context). Levels SGLang does
+draft model's forward and LM head, the parallel context) and `worker_env` (what the step level's real
+Scheduler and DSparkWorkerV2 need on CPU, applied per call). Levels SGLang does
 not run on CPU are not declared; their contracts are reported as skipped.
 """
 
@@ -19,22 +20,40 @@ from contracts.adapters.sglang.draft_level import SGLangDraft
 from contracts.adapters.sglang.graph import SGLangGraph
 from contracts.adapters.sglang.handoff import SGLangHandoff
 from contracts.adapters.sglang.kv import SGLangKv
+from contracts.adapters.sglang.ledger import KNOWN_FAILURES
 from contracts.adapters.sglang.planner import SGLangPlanner
 from contracts.adapters.sglang.ranks import SGLangRanks
 from contracts.adapters.sglang.relay import SGLangRelay
 from contracts.adapters.sglang.runtime import runtime
+from contracts.adapters.sglang.step import SGLangStep
 from contracts.adapters.sglang.verify import SGLangVerify
 
 
 class SGLangAdapter(SGLangHandoff, SGLangDpMetadata, SGLangKv, SGLangGraph, SGLangPlanner, SGLangDraft, SGLangRanks,
-                    SGLangRelay, SGLangVerify):
+                    SGLangRelay, SGLangVerify, SGLangStep):
     name = "sglang"
     device = "cpu"
+    tested_versions = (sglang_env.SGLANG_VERSION,)
+    known_failures = KNOWN_FAILURES
+    # Contracts whose inputs SGLang's own producers never emit: run only with --hardening, never findings.
+    hardening = {"VERIFY-012": "SGLang samples drafts over the drafter's vocabulary and pads with id 0; no producer "
+                               "emits a draft id >= V (a range check would add a device-to-host sync per verify)"}
+    # --coverage: SGLang's DSpark code, and the shared parts it meets in a decode step (relay, PD decode, graphs).
+    coverage_modules = (
+        "sglang.srt.speculative.dspark_components", "sglang.srt.speculative.dspark_disaggregation",
+        "sglang.srt.speculative.dflash_info_v2", "sglang.srt.speculative.spec_tp_sync",
+        "sglang.srt.managers.overlap_utils", "sglang.srt.disaggregation.decode",
+        "sglang.srt.model_executor.runner.decode_cuda_graph_runner", "sglang.kernels.ops.speculative.dspark",
+        "sglang.kernels.ops.speculative.ragged_verify_kernels",
+    )
     # Not declared: verify.injected-noise (SGLang draws its own coins and Gumbel noise), verify.placeholders
-    # (out_tokens past commit_len keep the rejected drafts), step (needs a model runner with weights).
+    # (out_tokens past commit_len keep the rejected drafts), step.laws (SGLang draws its own noise and does not expose
+    # the laws its accept read). `step` runs SGLang's real Scheduler and DSparkWorkerV2 (contracts.adapters.sglang.step)
+    # without step.ragged, step.pd-handoff, step.overlap-toggle and step.seeded-sampling (see that module's limits).
     capabilities = frozenset({protocol.HANDOFF, protocol.DP_METADATA, protocol.KV, protocol.GRAPH, protocol.PLANNER,
                               protocol.DRAFT, protocol.VERIFY, protocol.VERIFY_DISTRIBUTIONS, protocol.VERIFY_CHAIN,
-                              protocol.VERIFY_CAP_TRIM, protocol.RANKS_TP, protocol.RELAY})
+                              protocol.VERIFY_CAP_TRIM, protocol.RANKS_TP, protocol.RELAY,
+                              protocol.STEP})
 
     def __init__(self):
         sglang_env.check_sglang_installed()  # every load: one line naming the install command, never a fallback

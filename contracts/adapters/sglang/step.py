@@ -1,0 +1,573 @@
+"""The `step` level on SGLang: its real Scheduler and DSparkWorkerV2, driven one scheduler iteration at a time.
+
+What runs is SGLang's own code where its scheduler runs it: requests enter through
+`Scheduler.process_input_requests` (a `TokenizedGenerateReqInput`, its `SamplingParams` normalized and verified as
+the TokenizerManager does), and every iteration calls the scheduler's own per-iteration functions in the order
+`event_loop_normal` / `event_loop_overlap` call them: `ingest_requests`, `get_next_batch_to_run` (prefill
+admission, merging the prefill into the running batch, `prepare_for_decode`, finished-row release),
+`run_batch` (TpModelWorker + `DSparkWorkerV2.forward_batch_generation`: draft, verify, accept, KV commit, the
+FutureMap relay under overlap), `launch_batch_sample_if_needed`, `process_batch_result` (tokens committed to
+`Req.output_ids`, finish checks, KV and row release). Aborts go through `Scheduler.abort_request(AbortReq)`.
+
+The models are weights-free checkpoints (`load_format="dummy"`) whose weights are then overwritten so that
+both are exact functions of the last token, derived from `EngineSpec.model_seed`, `vocab_size` and `drafter`:
+* target: SGLang's stock Llama (3 layers, hidden = vocab = 64); attention and MLP outputs are zeroed, the
+  embedding is the identity, so the final norm sees e_t and the logits are s * W[:, t] (s = RMSNorm's scale of a
+  one-hot, W the LM head). Rows v >= vocab_size get logit -1e4, so those tokens have probability exactly 0;
+  column t's argmax is unique (a 0.8-logit margin). `target_next_logits` is that formula: the exact oracle.
+* drafter: SGLang's stock DSparkDraftModel (markov head "vanilla", rank 64) with its layers zeroed (base logits
+  exactly 0) and the Markov head's bias table D: draft logits after token p are D[:, p], greedy draft G[p]. The
+  drafter name picks how often G agrees with the target's greedy successor: oracle 1, gated 0.8, vanilla 0.6,
+  rnn 0.4, random 0 (a uniform table). SGLang's own markov head types are not switched (one head type per
+  checkpoint).
+
+Step semantics. The contracts' engine is quiescent between calls: `add_requests("local")` returns once the new
+requests are prefilled (their first token sampled); `step` is one decode batch, launched and processed. Without
+overlap that is exactly `event_loop_normal`'s iteration. With overlap the iteration is `event_loop_overlap`'s
+(launch, then the result queued), and the queued result is processed before `step` returns (what the loop does
+when nothing else is launched): the FutureMap relay, the future indices and the overlap paths of the worker all
+run, but the next batch is never launched before the previous one's result is processed (CPU/GPU concurrency
+is not exercised; the reference engine's model of overlap is the same).
+
+An abort (`AbortReq`) leaves the request in SGLang's running batch for one more forward, by design ("Abort
+method 3"); the contracts' abort is immediate, so its row is left out of the next StepView and its output is
+what it had when aborted (the tokens that extra forward appends to `output_ids`, past max_new_tokens even, go
+back to the client as an abort and are not held to anything here).
+
+Limits, as capabilities the pack does not declare (the contracts then send no such input; anything else
+raises NotImplementedError naming the capability, so an unsupported input fails loudly instead of passing):
+* no `step.ragged`: the torch_native attention backend has no ragged (cap-accept / compact) verify layout
+  (worker_env substitution 7), so the step runs static verify only.
+* no `step.pd-handoff`: PD handoff (a decode-mode scheduler fed by `process_prebuilt`) is not built.
+* no `step.overlap-toggle`: SGLang fixes overlap scheduling when the Scheduler is built; `set_overlap`
+  accepts only the current value.
+* no `step.seeded-sampling`: SGLang's default sampling draws from one generator and a per-batch counter, so a
+  sampled request's tokens depend on its batch companions (its deterministic-inference mode is not used here).
+* capture_bs, sps, force_budget_frac and min_verify_len only matter in ragged modes (CUDA graphs do not run on
+  CPU); pool_size <= MAX_RUNNING, max_context_len <= CONTEXT_LEN. `sample_from_anchor` is the draft
+  checkpoint's own config field (SGLang reads it from the draft's config.json).
+
+Caching: one Scheduler per (gamma, overlap, sample_from_anchor), built on first use and reused. A new engine on a cached Scheduler
+first aborts every request of the previous one, runs the scheduler until they are released, and checks that the
+request rows and KV slots are all free again (a leak is an error, not a reset).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import time
+from array import array
+from collections import deque
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Optional
+
+import torch
+
+from contracts.boundary.engine import EngineSpec, RequestView, StepView
+
+MODEL_VOCAB = 64  # = hidden size: the target's embedding is the identity
+MASK_ID = MODEL_VOCAB - 1
+MAX_RUNNING = 1024  # DIST-001 admits 1,000 requests at once
+CONTEXT_LEN = 256
+KV_SLOTS = 32768
+FORBIDDEN = -1e4  # logit of tokens outside the spec's vocabulary: probability exactly 0 (float32 and float64)
+AGREEMENT = {"oracle": 1.0, "gated": 0.8, "vanilla": 0.6, "rnn": 0.4, "random": None}
+TIMINGS: dict = {"import": 0.0, "build": 0.0, "builds": 0, "reset": 0.0}  # seconds, for the report
+
+
+# ---- models ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Models:
+    vocab: int
+    lm_head: torch.Tensor  # [V, V] float32: logits after token t = scale * lm_head[:, t]
+    draft_bias: torch.Tensor  # [V, V] float32: draft logits after token p = draft_bias[:, p]
+    greedy: tuple  # the target's greedy successor of each token
+    draft_greedy: tuple  # the drafter's greedy successor of each token
+
+
+@lru_cache(maxsize=64)
+def models(vocab_size: int, model_seed: int, drafter: str) -> Models:
+    if drafter not in AGREEMENT:
+        raise ValueError(f"drafter: expected one of {sorted(AGREEMENT)}, got {drafter!r}")
+    if not 2 <= vocab_size < MASK_ID:
+        raise ValueError(f"vocab_size: expected 2..{MASK_ID - 1} (the model's vocabulary is {MODEL_VOCAB}), got {vocab_size}")
+    V, n = MODEL_VOCAB, vocab_size
+    gen = torch.Generator().manual_seed(10007 * model_seed + 31 * vocab_size + 1)
+    F = torch.randint(0, n, (V,), generator=gen)
+    W = torch.full((V, V), FORBIDDEN / 8.0)
+    W[:n] = torch.rand(n, V, generator=gen) * 0.25
+    W[F, torch.arange(V)] = 0.35  # the unique argmax: 0.1 above any other live row, 0.8 logits after the norm
+    agree = AGREEMENT[drafter]
+    dgen = torch.Generator().manual_seed(10007 * model_seed + 31 * vocab_size + 2 + hash(drafter) % 9973)
+    other = torch.randint(0, n, (V,), generator=dgen)
+    if agree is None:
+        G = other
+    else:
+        G = torch.where(torch.rand(V, generator=dgen) < agree, F, other)
+    D = torch.full((V, V), FORBIDDEN)
+    D[:n] = torch.rand(n, V, generator=dgen) * 2.0
+    D[G, torch.arange(V)] = 4.0
+    return Models(n, W.float(), D.float(), tuple(F.tolist()), tuple(G.tolist()))
+
+
+def _rms_scale(eps: float) -> float:
+    """RMSNorm of a one-hot row of width MODEL_VOCAB (norm weight 1), in float32."""
+    x = torch.zeros(MODEL_VOCAB, dtype=torch.float32)
+    x[0] = 1.0
+    return float(torch.rsqrt(x.pow(2).mean() + eps))
+
+
+# ---- checkpoints --------------------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=None)
+def _checkpoint_dir() -> str:
+    return tempfile.mkdtemp(prefix="dspark-contracts-sglang-step-")
+
+
+def _target_dir() -> str:
+    d = os.path.join(_checkpoint_dir(), "target")
+    if not os.path.exists(d):
+        os.makedirs(d)
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(dict(architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=MODEL_VOCAB,
+                           hidden_size=MODEL_VOCAB, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+                           num_key_value_heads=4, head_dim=16, max_position_embeddings=2 * CONTEXT_LEN,
+                           torch_dtype="float32", tie_word_embeddings=False, rms_norm_eps=1e-6,
+                           # Llama's default EOS is token 2: the mask id has probability 0, so only a request's own
+                           # stop token ends it early
+                           eos_token_id=MASK_ID, bos_token_id=MASK_ID), f)
+    return d
+
+
+def _draft_dir(gamma: int, sample_from_anchor: bool) -> str:
+    d = os.path.join(_checkpoint_dir(), f"draft-{gamma}-{int(sample_from_anchor)}")
+    if not os.path.exists(d):
+        os.makedirs(d)
+        dflash = dict(target_layer_ids=[0, 1], mask_token_id=MASK_ID, markov_rank=MODEL_VOCAB, markov_head_type="vanilla")
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(dict(architectures=["DSparkDraftModel"], model_type="qwen3", vocab_size=MODEL_VOCAB,
+                           hidden_size=MODEL_VOCAB, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+                           num_key_value_heads=4, head_dim=16, max_position_embeddings=2 * CONTEXT_LEN,
+                           torch_dtype="float32", rms_norm_eps=1e-6, block_size=gamma, dflash_config=dflash,
+                           num_target_layers=3, enable_confidence_head=True, markov_rank=MODEL_VOCAB,
+                           markov_head_type="vanilla", mask_token_id=MASK_ID, eos_token_id=MASK_ID,
+                           sample_from_anchor=sample_from_anchor,
+                           bos_token_id=MASK_ID), f)
+    return d
+
+
+# ---- one cached Scheduler ---------------------------------------------------------------------------------------------
+
+
+class _Slot:
+    """A Scheduler of one (gamma, overlap, sample_from_anchor), its runtime context and the sockets its outputs
+    drain into."""
+
+    def __init__(self, gamma: int, overlap: bool, sample_from_anchor: bool):
+        from contracts.adapters.sglang.env import prepare_sglang_import
+
+        t = time.perf_counter()
+        prepare_sglang_import()
+        from sglang.srt.managers.scheduler import Scheduler
+        from sglang.srt.server_args import PortArgs, ServerArgs
+
+        from contracts.adapters.sglang.runtime import runtime
+        from contracts.adapters.sglang.worker_env import create_scheduler_context, scheduler_construction, scheduler_env
+
+        runtime()  # the pack's process config first: the scheduler's context never replaces it
+        TIMINGS["import"] += time.perf_counter() - t
+        t = time.perf_counter()
+        self.gamma, self.overlap = gamma, overlap
+        self.server_args = ServerArgs(
+            model_path=_target_dir(), speculative_algorithm="DSPARK", speculative_draft_model_path=_draft_dir(gamma, sample_from_anchor),
+            device="cpu", load_format="dummy", skip_tokenizer_init=True, disable_cuda_graph=True,
+            attention_backend="torch_native", page_size=1, speculative_num_draft_tokens=gamma + 1,
+            max_total_tokens=KV_SLOTS, max_running_requests=MAX_RUNNING, context_length=CONTEXT_LEN, dtype="float32",
+            disable_radix_cache=True, disable_overlap_schedule=not overlap)
+        self.context = create_scheduler_context(self.server_args)
+        with scheduler_env(self.context), scheduler_construction():
+            self.port_args = PortArgs.init_new(self.server_args)
+            self.scheduler = Scheduler(self.server_args, self.port_args)
+        self._sinks()
+        self._loop_state()
+        self._target_table = None
+        TIMINGS["build"] += time.perf_counter() - t
+        TIMINGS["builds"] += 1
+        self.owner = None  # the handle currently using this Scheduler
+
+    def _sinks(self):
+        """PULL sockets on the scheduler's output addresses: its real send path runs, the messages are dropped."""
+        import zmq
+
+        self._zmq = zmq.Context()
+        self._pulls = []
+        for name in (self.port_args.detokenizer_ipc_name, self.port_args.tokenizer_ipc_name):
+            sock = self._zmq.socket(zmq.PULL)
+            sock.bind(name)
+            self._pulls.append(sock)
+
+    def drain(self):
+        import zmq
+
+        for sock in self._pulls:
+            while True:
+                try:
+                    sock.recv(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+
+    def _loop_state(self):
+        """What `run_event_loop` and the loop functions set before their first iteration."""
+        s = self.scheduler
+        s.schedule_stream.synchronize = lambda: None  # run_event_loop: "No-op for CPU"
+        s._war_barrier_enabled = False  # run_event_loop: is_cuda() or SGLANG_ENABLE_WAR_BARRIER (off by default)
+        s.enable_continuous_input_polling = False  # _dispatch_event_loop_once
+        s.enable_skip_finishing_decode = self.overlap  # event_loop_overlap sets it, _dispatch_event_loop_once clears it
+        s.result_queue = deque()
+        s.metrics_reporter.start_scheduler_time_accounting()
+
+    @contextlib.contextmanager
+    def env(self):
+        from contracts.adapters.sglang.worker_env import scheduler_env
+
+        s = self.scheduler
+        with scheduler_env(self.context), torch.inference_mode(), s.device_module.StreamContext(s.schedule_stream):
+            yield
+        self.drain()
+
+    # ---- one iteration, as the event loops run it ----------------------------------------------------------
+
+    def iterate(self):
+        """One iteration of event_loop_normal / event_loop_overlap; returns the batch it ran (None when idle). Under
+        overlap the queued result is processed before returning (see the module docstring)."""
+        s = self.scheduler
+        s.ingest_requests()
+        plan = s.get_next_batch_to_run(running_batch=s.running_batch, last_batch=s.last_batch)
+        s.running_batch = plan.running_batch
+        batch = plan.batch_to_run
+        s.cur_batch_for_debug = batch
+        if not self.overlap:
+            if batch:
+                result = s.run_batch(batch)
+                s.process_batch_result(batch, result)
+            else:
+                s._sched_idled = True
+                s.on_idle()
+            s.last_batch = batch
+            return batch
+        if batch:
+            result = s.run_batch(batch)
+            s._apply_war_barrier()
+            s.result_queue.append((batch.copy(), result))
+        else:
+            result = None
+            s._sched_idled = True
+            s.on_idle()
+        s.launch_batch_sample_if_needed(result, batch)
+        while s.result_queue:  # the loop's pop_and_process, before anything else is launched
+            done, done_result = s.result_queue.popleft()
+            s.process_batch_result(done, done_result)
+        s.last_batch = batch
+        return batch
+
+    def busy(self) -> bool:
+        s = self.scheduler
+        return bool(s.waiting_queue) or not s.running_batch.is_empty() or s.last_batch is not None
+
+    def free_check(self):
+        s = self.scheduler
+        rows, total_rows = s.req_to_token_pool.available_size(), s.req_to_token_pool.size
+        slots, total_slots = s.token_to_kv_pool_allocator.available_size(), s.max_total_num_tokens
+        if rows != total_rows or slots != total_slots:
+            raise RuntimeError(f"SGLang scheduler reset: {total_rows - rows} request rows and {total_slots - slots} KV "
+                               "slots still held after every request finished or was aborted (a leak)")
+
+    def reset(self):
+        """Abort everything the previous engine left, run until the scheduler is idle, check the pools are free."""
+        from sglang.srt.managers.io_struct import AbortReq
+
+        t = time.perf_counter()
+        with self.env():
+            if self.busy():
+                self.scheduler.abort_request(AbortReq(abort_all=True))
+                for _ in range(8):
+                    if not self.busy():
+                        break
+                    self.iterate()
+            if self.busy():
+                raise RuntimeError("SGLang scheduler reset: still busy 8 iterations after aborting every request")
+            self.free_check()
+        TIMINGS["reset"] += time.perf_counter() - t
+
+    def reseed(self, seed: int):
+        """SGLang's randomness as a Scheduler built with `--random-seed seed` starts it: the draft noise (a Philox
+        key from the seed and a counter each block advances) restarts, and the target sampler's torch generator
+        (the CPU sampler draws from torch's default generator) is seeded."""
+        from sglang.srt.speculative.dspark_components.dspark_draft import DraftNoise, draft_noise_key
+
+        proposer = self.scheduler.draft_worker._proposer
+        proposer._noise = DraftNoise(key=draft_noise_key(seed), offset=torch.zeros_like(proposer._noise.offset))
+        torch.manual_seed(seed)
+
+    # ---- weights ----------------------------------------------------------------------------------------------
+
+    def load(self, m: Models):
+        s = self.scheduler
+        tm = s.tp_worker.model_runner.model
+        dm = s.draft_worker.draft_model
+        with torch.no_grad():
+            tm.model.embed_tokens.weight.copy_(torch.eye(MODEL_VOCAB))
+            for layer in tm.model.layers:
+                layer.self_attn.o_proj.weight.zero_()
+                layer.mlp.down_proj.weight.zero_()
+            tm.model.norm.weight.fill_(1.0)
+            tm.lm_head.weight.copy_(m.lm_head)
+            for layer in dm.layers:
+                layer.self_attn.o_proj.weight.zero_()
+                layer.mlp.down_proj.weight.zero_()
+            dm.norm.weight.zero_()  # base logits exactly 0
+            dm.markov_head.markov_w1.weight.copy_(torch.eye(MODEL_VOCAB))
+            dm.markov_head.markov_w2.weight.copy_(m.draft_bias)
+            if dm.confidence_head is not None:
+                g = torch.Generator().manual_seed(7)
+                w = dm.confidence_head.proj.weight
+                w.copy_(torch.randn(w.shape, generator=g) * 0.1)
+        self.scale = _rms_scale(tm.model.norm.variance_epsilon)
+        self._target_table = None
+
+    def target_value_table(self) -> torch.Tensor:
+        """Layer 0's value vector of every token (what the target's KV cache holds for it), [V, heads*head_dim]."""
+        if self._target_table is None:
+            layer = self.scheduler.tp_worker.model_runner.model.model.layers[0]
+            attn = layer.self_attn
+            with torch.no_grad():
+                h = layer.input_layernorm(torch.eye(MODEL_VOCAB))
+                qkv, _ = attn.qkv_proj(h)
+                _, _, v = qkv.split([attn.q_size, attn.kv_size, attn.kv_size], dim=-1)
+            self._target_table = v.float()
+        return self._target_table
+
+    def cache_tokens(self, req, length: int) -> list:
+        """The tokens the target's KV cache holds in the request's first `length` slots, decoded from layer 0's V."""
+        s = self.scheduler
+        slots = s.req_to_token_pool.req_to_token[req.kv.req_pool_idx, :length].to(torch.int64)
+        pool = s.tp_worker.model_runner.token_to_kv_pool
+        v = pool.get_value_buffer(0)[slots].reshape(length, -1).float()
+        dist = torch.cdist(v, self.target_value_table())
+        return dist.argmin(dim=1).tolist()
+
+
+_SLOTS: dict = {}
+
+
+def _slot(gamma: int, overlap: bool, sample_from_anchor: bool) -> _Slot:
+    key = (gamma, overlap, sample_from_anchor)
+    if key not in _SLOTS:
+        _SLOTS[key] = _Slot(*key)
+    return _SLOTS[key]
+
+
+# ---- the step level ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Handle:
+    spec: EngineSpec
+    slot: _Slot
+    models: Models
+    prefix: str
+    reqs: dict = field(default_factory=dict)  # rid -> SGLang Req
+    specs: dict = field(default_factory=dict)  # rid -> RequestSpec
+    added: list = field(default_factory=list)
+    aborted: dict = field(default_factory=dict)  # rid -> its output when aborted
+    last_batch_rids: list = field(default_factory=list)
+
+
+_GENERATION = [0]
+
+
+def _finish_name(reason) -> Optional[str]:
+    if reason is None:
+        return None
+    name = type(reason).__name__
+    return {"FINISH_ABORT": "abort", "FINISH_LENGTH": "length", "FINISH_MATCHED_TOKEN": "stop",
+            "FINISH_MATCHED_STR": "stop"}.get(name, name)
+
+
+class SGLangStep:
+    def _check_spec(self, spec: EngineSpec):
+        if spec.verify_mode != "static":
+            raise NotImplementedError(f"verify_mode {spec.verify_mode!r}: the SGLang step level runs static verify "
+                                      "only (no step.ragged: the torch_native backend has no ragged verify layout)")
+        if not 1 <= spec.gamma <= 8:
+            raise ValueError(f"gamma: expected 1..8, got {spec.gamma}")
+        if spec.pool_size > MAX_RUNNING:
+            raise NotImplementedError(f"pool_size {spec.pool_size}: the SGLang step level's scheduler runs at most "
+                                      f"{MAX_RUNNING} requests")
+        if spec.max_context_len > CONTEXT_LEN:
+            raise NotImplementedError(f"max_context_len {spec.max_context_len} > {CONTEXT_LEN}")
+
+    def new_engine(self, spec: EngineSpec):
+        self._check_spec(spec)
+        m = models(spec.vocab_size, spec.model_seed, spec.drafter)
+        slot = _slot(spec.gamma, spec.enable_overlap, spec.sample_from_anchor)
+        slot.reset()
+        slot.load(m)
+        slot.reseed(spec.seed)
+        _GENERATION[0] += 1
+        handle = _Handle(spec, slot, m, f"e{_GENERATION[0]:05d}-")
+        slot.owner = handle
+        return handle
+
+    def _own(self, handle):
+        if handle.slot.owner is not handle:
+            raise RuntimeError("this SGLang engine handle's scheduler was taken by a newer engine (one live engine per "
+                               "(gamma, overlap, sample_from_anchor) at a time)")
+
+    def _tokenized(self, handle, r):
+        from sglang.srt.managers.io_struct import TokenizedGenerateReqInput
+        from sglang.srt.sampling.sampling_params import SamplingParams
+
+        params = SamplingParams(max_new_tokens=r.max_new_tokens, temperature=r.temperature,
+                                top_k=r.top_k if r.top_k > 0 else -1, top_p=r.top_p,
+                                stop_token_ids=None if r.eos_id is None else [r.eos_id])
+        params.normalize(None)  # what the TokenizerManager does before sending
+        params.verify(MODEL_VOCAB)
+        return TokenizedGenerateReqInput(
+            rid=handle.prefix + f"{r.rid:06d}", input_text=None, input_ids=array("q", r.prompt), input_embeds=None,
+            mm_inputs=None, token_type_ids=None, sampling_params=params, return_logprob=False, logprob_start_len=-1,
+            top_logprobs_num=0, token_ids_logprob=None, stream=False)
+
+    def add_requests(self, handle, requests, via):
+        self._own(handle)
+        if via != "local":
+            raise NotImplementedError(f"via {via!r}: the SGLang step level admits local prefill only "
+                                      "(no step.pd-handoff; PD handoff through process_prebuilt is not built)")
+        requests = list(requests)
+        for r in requests:
+            if r.rid in handle.specs:
+                raise ValueError(f"rid: request {r.rid} was already added")
+            if not r.prompt or max(r.prompt) >= handle.spec.vocab_size or min(r.prompt) < 0:
+                raise ValueError(f"prompt: tokens must be in [0, {handle.spec.vocab_size}), got {r.prompt}")
+        slot, s = handle.slot, handle.slot.scheduler
+        new = {handle.prefix + f"{r.rid:06d}": r for r in requests}
+        with slot.env():
+            s.process_input_requests([self._tokenized(handle, r) for r in requests])
+            for r in requests:
+                handle.specs[r.rid] = r
+                handle.added.append(r.rid)
+            for _ in range(len(requests) + 4):
+                pending = [q for q in list(s.waiting_queue) if q.rid in new]
+                if not pending and s.chunked_req is None:
+                    break
+                batch = slot.iterate()
+                if batch is not None and not batch.forward_mode.is_extend():
+                    raise RuntimeError(f"SGLang ran a {batch.forward_mode} batch while admitting requests")
+                for q in (batch.reqs if batch is not None else []):
+                    if q.rid in new:
+                        handle.reqs[new[q.rid].rid] = q
+            missing = [r.rid for r in requests if r.rid not in handle.reqs]
+            if missing:
+                raise RuntimeError(f"SGLang did not prefill requests {missing} (waiting queue "
+                                   f"{len(s.waiting_queue)}, running {s.running_batch.batch_size()})")
+
+    def _live(self, handle, rid) -> bool:
+        q = handle.reqs.get(rid)
+        return q is not None and rid not in handle.aborted and not q.finished()
+
+    def step(self, handle) -> StepView:
+        self._own(handle)
+        slot = handle.slot
+        by_rid = {q.rid: rid for rid, q in handle.reqs.items()}
+        before = {rid: self._output(handle, rid) for rid in handle.reqs if self._live(handle, rid)}
+        seq_before = {rid: self._seq_len(handle, rid) for rid in before}
+        with slot.env():
+            batch = slot.iterate()
+            if batch is None or not batch.forward_mode.is_decode():
+                raise RuntimeError(f"SGLang ran {None if batch is None else batch.forward_mode} where a decode step "
+                                   f"was due (live requests {sorted(before)})")
+        rows = [by_rid[q.rid] for q in batch.reqs if q.rid in by_rid and by_rid[q.rid] in before]
+        view = StepView(rids=[], seq_lens=[], verify_lens=[], planned=[], budget=None, correct_lens=[], cap_trim=[],
+                        commit_lens=[], new_seq_lens=[], emitted=[], finished=[])
+        T = handle.spec.gamma + 1
+        for rid in rows:
+            q = handle.reqs[rid]
+            out = self._output(handle, rid)
+            emitted = out[len(before[rid]):]
+            committed = len(q.output_ids) - len(before[rid])  # what process_batch_result appended (before truncation)
+            view.rids.append(rid)
+            view.seq_lens.append(seq_before[rid])
+            view.verify_lens.append(T)
+            view.planned.append(False)
+            view.correct_lens.append(committed - 1)
+            view.cap_trim.append(0)
+            view.commit_lens.append(committed)
+            view.new_seq_lens.append(seq_before[rid] + committed)
+            view.emitted.append(emitted)
+            if not self._live(handle, rid):
+                view.finished.append(rid)
+        return view
+
+    def _output(self, handle, rid) -> list:
+        if rid in handle.aborted:  # the contracts' abort is immediate: what SGLang's extra forward adds is not output
+            return list(handle.aborted[rid])
+        q = handle.reqs[rid]
+        out = list(q.output_ids)
+        if q.finished() and q.finished_len is not None:
+            out = out[: q.finished_len]
+        return out
+
+    def _seq_len(self, handle, rid) -> int:
+        """The committed length the next step reads: SGLang's kv_committed_len (the KV holds the committed
+        sequence without the pending anchor)."""
+        return int(handle.reqs[rid].kv.kv_committed_len)
+
+    def abort(self, handle, rid):
+        self._own(handle)
+        from sglang.srt.managers.io_struct import AbortReq
+
+        if not self._live(handle, rid):
+            raise ValueError(f"rid: request {rid} is not live")
+        with handle.slot.env():
+            handle.slot.scheduler.abort_request(AbortReq(rid=handle.reqs[rid].rid))
+        handle.aborted[rid] = self._output(handle, rid)
+
+    def set_overlap(self, handle, on):
+        if bool(on) != handle.slot.overlap:
+            raise NotImplementedError("set_overlap: SGLang fixes overlap scheduling when its Scheduler is built "
+                                      "(no step.overlap-toggle)")
+
+    def overlap_budget_lag(self, handle):
+        from sglang.srt.environ import envs
+
+        return int(envs.SGLANG_DSPARK_CONFIDENCE_RELAY_LAG_STEPS.get())
+
+    def request_views(self, handle) -> list:
+        views = []
+        for rid in handle.added:
+            r, q = handle.specs[rid], handle.reqs.get(rid)
+            if q is None:
+                continue
+            out = self._output(handle, rid)
+            if self._live(handle, rid):
+                # seq_len: SGLang's kv_committed_len; cache_tokens: decoded from the target's real KV pool. Not observed
+                # on their own: the pending anchor (SGLang's last output token) and the draft context length (the
+                # draft shares the target's request rows and lengths; reported as seq_len).
+                seq_len = self._seq_len(handle, rid)
+                views.append(RequestView(rid, tuple(r.prompt), out, True, None, seq_len, int(q.output_ids[-1]),
+                                         handle.slot.cache_tokens(q, seq_len), seq_len))
+            else:
+                reason = "abort" if rid in handle.aborted else _finish_name(q.finished_reason)
+                views.append(RequestView(rid, tuple(r.prompt), out, False, reason))
+        return views
+
+    def target_next_logits(self, handle, sequence) -> torch.Tensor:
+        last = int(list(sequence)[-1])
+        return (handle.slot.scale * handle.models.lm_head[:, last]).to(torch.float64)

@@ -1,15 +1,44 @@
-"""The README's two fresh-machine commands are what CI runs, word for word."""
+"""The README's two fresh-machine commands are what CI runs, word for word; every other CI step is documented."""
 
 import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# CI steps other than the quick start: the page that documents each, and fragments that must appear both in the
+# step's command in .ci/run and in that page (so a renamed flag or script fails here, not in a reader's shell).
+DOCUMENTED = {
+    "triton check": ("docs/gpu.md", ["dspark-contracts check --backend triton"]),
+    "sglang install": ("docs/engines/sglang.md", ["bash scripts/install_sglang.sh"]),
+    "sglang check": ("docs/engines/sglang.md", ["dspark-contracts check --engine sglang"]),
+    "sglang-chain check": ("docs/engines/sglang.md", [
+        "dspark-contracts check --engine sglang-chain --contract VERIFY-001 --contract VERIFY-002 "
+        "--contract VERIFY-011 --contract VERIFY-012"]),
+    "sglang meta-tests": ("docs/engines/sglang.md", ["pytest -q -p no:cacheprovider tests/sglang"]),
+    "vllm venv": ("docs/engines/vllm.md", ["python -m venv", "torch==2.13.0", ".[test]"]),
+    "vllm install": ("docs/engines/vllm.md", ["bash scripts/install_vllm.sh"]),
+    "vllm check": ("docs/engines/vllm.md", ["check --engine vllm"]),
+    "vllm meta-tests": ("docs/engines/vllm.md", ["-q -p no:cacheprovider tests/vllm"]),
+    "sglang findings": ("findings/README.md", ["bash findings/run_all.sh sglang"]),
+    "vllm findings": ("findings/README.md", ["bash findings/run_all.sh vllm"]),
+}
+QUICK_START = ("main job", "tests")
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.replace("\\\n", " ").split())
+
 
 def _quick_start_commands() -> list:
     text = (ROOT / "README.md").read_text()
     section = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
     return [block.strip() for block in re.findall(r"```bash\n(.*?)```", section, re.S)]
+
+
+def _ci_steps() -> dict:
+    """{step name: its command} from .ci/run's `step "NAME" COMMAND` lines (continuations joined)."""
+    text = (ROOT / ".ci" / "run").read_text().replace("\\\n", " ")
+    return {m.group(1): _flat(m.group(2)) for m in re.finditer(r'^step "([^"]+)" (.*)$', text, re.M)}
 
 
 def test_ci_runs_the_readme_commands_verbatim():
@@ -20,3 +49,16 @@ def test_ci_runs_the_readme_commands_verbatim():
     ci = (ROOT / ".ci" / "run").read_text()
     for command in commands:
         assert f"bash -c '{command}'" in ci, f".ci/run does not run the README command verbatim: {command}"
+
+
+def test_every_other_ci_step_is_documented():
+    steps = _ci_steps()
+    assert set(QUICK_START) <= set(steps), sorted(steps)
+    undocumented = sorted(set(steps) - set(QUICK_START) - set(DOCUMENTED))
+    assert not undocumented, f".ci/run steps with no documenting page (add them to DOCUMENTED): {undocumented}"
+    for name, (page, fragments) in DOCUMENTED.items():
+        assert name in steps, f"DOCUMENTED names a step .ci/run no longer has: {name!r}"
+        doc = _flat((ROOT / page).read_text())
+        for fragment in fragments:
+            assert fragment in steps[name], f".ci/run step {name!r} no longer runs {fragment!r}: {steps[name]}"
+            assert fragment in doc, f"{page} does not show what .ci/run step {name!r} runs: {fragment!r}"

@@ -285,7 +285,6 @@ def _run_session(args, json_out) -> int:
     spec = chosen_engine(args.engine)
     try:  # fail fast with one line; the session reuses this adapter instead of loading it again
         engine = load_engine(spec, strict_version=args.strict_version)
-        _check_coverage_modules(engine)
     except EngineLoadError as e:
         source = "" if args.engine or not os.environ.get("DSPARK_ENGINE") else " (the engine named by $DSPARK_ENGINE)"
         return _fail(f"{e}{source}", ENGINE_ERROR)
@@ -299,20 +298,7 @@ def _run_session(args, json_out) -> int:
     return _finish(args, engine, code, session.table, json_out)
 
 
-_REACH_ENV = "DSPARK_CONTRACTS_COVERAGE_MODULES"  # set in the measured child: the modules it must find
-
-
-def _check_coverage_modules(engine) -> None:
-    """In the measured child of `check --coverage`: the modules the pack declares exist (found once the engine
-    loaded: finding them imports their packages, which may need the engine's import setup)."""
-    from contracts.engines import EngineLoadError
-    from contracts.reach import missing_modules
-
-    modules = [m for m in os.environ.get(_REACH_ENV, "").split(",") if m]
-    missing = missing_modules(modules)
-    if missing:
-        raise EngineLoadError(f"engine {engine.name!r}: its pack's coverage_modules {', '.join(missing)} do not exist "
-                              f"in {engine.name} {engine.version}")
+_MEASURED_CHILD = "DSPARK_CONTRACTS_MEASURED_CHILD"  # set in the child `check --coverage` runs: its files are temporary
 
 
 def _check_with_coverage(args) -> int:
@@ -331,11 +317,15 @@ def _check_with_coverage(args) -> int:
         return _fail(str(e), ENGINE_ERROR)
     if not modules:
         return _fail(f"engine {spec!r}: --coverage needs its pack to declare coverage_modules", ENGINE_ERROR)
+    missing = reach.missing_modules(modules)
+    if missing:
+        return _fail(f"engine {spec!r}: its pack's coverage_modules {', '.join(missing)} do not exist in the "
+                     "installed engine", ENGINE_ERROR)
     with tempfile.TemporaryDirectory(prefix="dspark-contracts-coverage-") as tmp:
         run_json, page = os.path.join(tmp, "run.json"), os.path.join(tmp, "page.html")
         argv = _without(args.argv, "--coverage", "--json", "--html") + ["--json", run_json]
         argv += ["--html", page] if args.html else []  # the child adds the step pictures the page shows
-        env = {**os.environ, _REACH_ENV: ",".join(modules)}
+        env = {**os.environ, _MEASURED_CHILD: "1"}
         with reach.measured_child(modules, tmp) as run:
             code = run([sys.executable, "-m", "contracts.cli", *argv], env=env,
                        stdout=sys.stderr if args.json_stdout else None)
@@ -400,7 +390,7 @@ def _write_reports(args, data: dict, code: int, json_out=None) -> int:
     if args.json_stdout:  # the one document on stdout; the notes below go to stderr (_stdout_for_json)
         (json_out or _out)(json.dumps(data, indent=2) + "\n")
     for path in (args.json, args.junitxml, args.html):
-        if path and path in written and _REACH_ENV not in os.environ:  # the measured child's files are its parent's
+        if path and path in written and _MEASURED_CHILD not in os.environ:  # the measured child's files are temporary
             _out(f"dspark-contracts: wrote {path}")
     result, message = exit_code(data, args.require, args.allow_skips)
     if code == 1 and result == OK:  # pytest saw a failure the table does not hold

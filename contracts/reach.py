@@ -1,9 +1,10 @@
 """Reach: how much of an engine's own DSpark code a contract run executed (coverage.py, statements and branches).
 
-A pack names its engine's DSpark code as `coverage_modules` (module or package names). `measured_child` runs the
-check under `coverage run`, so it is measured from its first line (the engine's module-level code counts) and in
-every rank process it starts through `multiprocessing` (the launcher's); the rows come one per declared module, a
-package summed over its files (files it never imported count, at 0).
+A pack names its engine's DSpark code as `coverage_modules` (module or package names), found on disk without
+importing them. `measured_child` runs the check under `coverage run`, so it is measured from its first line (the
+engine's module-level code counts) and in every rank process it starts through `multiprocessing` (the
+launcher's); the rows come one per declared module, a package summed over its files (files it never imported
+count, at 0).
 """
 
 from __future__ import annotations
@@ -46,32 +47,38 @@ def coverage_missing() -> str | None:
     return None
 
 
-def _location(module: str):
-    """(file or folder, is_package), or None when the module does not exist. Finding a submodule imports its parent
-    packages, never the module itself."""
+def module_files(module: str) -> List[str]:
+    """The source files of a module or package, found on disk from its top-level package without importing
+    anything: an engine's packages may need its own import setup first (coverage.py's `source_pkgs` would import
+    the parents at start, before that setup: SGLang's then broke torch's import). Empty when it does not exist."""
+    top, *rest = module.split(".")
     try:
-        spec = importlib.util.find_spec(module)
+        spec = importlib.util.find_spec(top)  # a top-level name is located, not imported
     except (ImportError, ValueError):
-        return None
-    if spec is None or spec.origin in (None, "built-in", "frozen"):
-        return None
-    if spec.submodule_search_locations:
-        return os.path.realpath(list(spec.submodule_search_locations)[0]), True
-    return os.path.realpath(spec.origin), False
+        return []
+    if spec is None or spec.origin in ("built-in", "frozen"):
+        return []
+    if not spec.submodule_search_locations:
+        return [os.path.realpath(spec.origin)] if not rest and spec.origin else []
+    base = os.path.join(list(spec.submodule_search_locations)[0], *rest)
+    if os.path.isdir(base):
+        return sorted(os.path.realpath(os.path.join(d, f)) for d, _, names in os.walk(base)
+                      for f in names if f.endswith(".py"))
+    return [os.path.realpath(base + ".py")] if os.path.isfile(base + ".py") else []
 
 
 def missing_modules(modules: Sequence[str]) -> List[str]:
-    return [m for m in modules if _location(m) is None]
+    return [m for m in modules if not module_files(m)]
 
 
-def _rcfile(modules: Sequence[str], folder: str) -> str:
+def _rcfile(files: Sequence[str], folder: str) -> str:
     """coverage.py's settings as a file: a measured process and every process it starts read them from there."""
     rc = os.path.join(folder, "coveragerc")
     with open(rc, "w") as f:
         f.write("[run]\nbranch = True\nparallel = True\nconcurrency = thread,multiprocessing\n"
                 f"data_file = {os.path.join(folder, '.coverage')}\n"
-                "disable_warnings = module-not-measured, module-not-imported, no-data-collected\n"
-                "source_pkgs =\n" + "".join(f"    {m}\n" for m in modules))
+                "disable_warnings = no-data-collected\n"
+                "include =\n" + "".join(f"    {path}\n" for path in files))
     return rc
 
 
@@ -79,7 +86,9 @@ class MeasuredRun:
     """Runs a command under `coverage run` (`__call__`, returning its exit code); `rows` holds the result after."""
 
     def __init__(self, modules: Sequence[str], folder: str):
-        self.modules, self.folder, self.rc = tuple(modules), folder, _rcfile(modules, folder)
+        self.files = {m: module_files(m) for m in modules}
+        self.modules, self.folder = tuple(modules), folder
+        self.rc = _rcfile([f for fs in self.files.values() for f in fs], folder)
         self.rows: List[ModuleReach] = []
 
     def __call__(self, command: Sequence[str], **kwargs) -> int:
@@ -94,13 +103,14 @@ class MeasuredRun:
         cov = coverage.Coverage(config_file=self.rc)
         cov.combine()
         report = os.path.join(self.folder, "report.json")
+        every = [f for fs in self.files.values() for f in fs]  # files never imported are reported too, at 0
         try:
-            cov.json_report(outfile=report)
+            cov.json_report(morfs=every, outfile=report)
             with open(report) as f:
-                files = json.load(f)["files"]
+                files = {os.path.realpath(k): v["summary"] for k, v in json.load(f)["files"].items()}
         except coverage.exceptions.NoDataError:
             files = {}
-        self.rows = [_row(m, files) for m in self.modules]
+        self.rows = [_row(m, [files[f] for f in self.files[m] if f in files]) for m in self.modules]
 
 
 @contextlib.contextmanager
@@ -111,12 +121,9 @@ def measured_child(modules: Sequence[str], folder: str) -> Iterator[MeasuredRun]
     run.collect()
 
 
-def _row(module: str, files: dict) -> ModuleReach:
-    where, package = _location(module) or ("", False)
-    mine = [s["summary"] for path, s in files.items()
-            if (os.path.realpath(path).startswith(where + os.sep) if package else os.path.realpath(path) == where)]
-    total = lambda key: sum(s[key] for s in mine)  # noqa: E731
-    return ModuleReach(module, len(mine), total("num_statements"), total("covered_lines"), total("num_branches"),
+def _row(module: str, summaries: list) -> ModuleReach:
+    total = lambda key: sum(s[key] for s in summaries)  # noqa: E731
+    return ModuleReach(module, len(summaries), total("num_statements"), total("covered_lines"), total("num_branches"),
                        total("covered_branches"))
 
 

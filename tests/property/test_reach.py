@@ -22,6 +22,15 @@ def test_coverage_reports_each_declared_module(tmp_path, capsys):
     assert "coverage of reference's DSpark code" in text and "dspark " in text
 
 
+def test_module_files_are_found_without_importing(monkeypatch):
+    import sys
+
+    monkeypatch.delitem(sys.modules, "dspark.demo", raising=False)
+    files = reach.module_files("dspark.demo")
+    assert len(files) == 1 and files[0].endswith("dspark/demo.py") and "dspark.demo" not in sys.modules
+    assert len(reach.module_files("dspark.verify")) >= 5 and reach.module_files("dspark.nope") == []
+
+
 def test_rank_processes_are_measured(tmp_path):
     """The DP rank program (dspark.dp_runner's RankProgram.step) runs only in the ranks: it is covered."""
     folder = tmp_path / "cov"
@@ -41,12 +50,13 @@ def test_coverage_without_coverage_py_is_exit_2_with_the_install_line(monkeypatc
         "dspark-contracts: --coverage: needs coverage.py, which is not installed (pip install coverage)"]
 
 
-def test_coverage_modules_that_do_not_exist_are_named_exit_4(tmp_path, monkeypatch, capfd):
+def test_coverage_modules_that_do_not_exist_are_named_exit_4(tmp_path, monkeypatch, capsys):
     (tmp_path / "odd_pack.py").write_text(
         "from contracts.adapters.reference import ReferenceAdapter\n"
         "class Odd(ReferenceAdapter):\n    coverage_modules = ('dspark.planner', 'dspark.no_such_module')\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     assert main(["check", "--coverage", "--engine", "odd_pack:Odd", "--contract", "PLAN-001"]) == 4
-    err = capfd.readouterr().err  # the measured child's line
-    assert "coverage_modules dspark.no_such_module do not exist in reference 0.1.0" in err, err
+    err = capsys.readouterr().err
+    assert err.splitlines() == ["dspark-contracts: engine 'odd_pack:Odd': its pack's coverage_modules "
+                                "dspark.no_such_module do not exist in the installed engine"], err

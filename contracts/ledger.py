@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -52,6 +52,7 @@ class Finding:
     path: str  # the production path it is on (CUDA, ROCm/NPU/XPU, the CPU platform), with the engine's file:line
     severity: str  # one sentence: wrong outputs, memory corruption, wasted work, crash
     repro: str  # the standalone script under findings/<engine>/ (imports only the engine and torch)
+    correction: Optional[Callable] = None  # correction(monkeypatch): the minimal in-process fix of the engine's code
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,17 @@ def entries(known, engine: str, version: str, contract_id: str) -> tuple:
 def engine_entries(engine, contract_id: str) -> tuple:
     """The loaded engine's own entries (its pack's `known_failures`) that apply to its version and `contract_id`."""
     return entries(getattr(engine, "known_failures", ()), engine.name, engine.version, contract_id)
+
+
+def corrections(engine) -> tuple:
+    """The in-process corrections of every finding of the loaded engine's pack that applies to its version, once
+    each: applied together, a contract whose failure is known must pass, or something else fails it."""
+    out = []
+    for e in getattr(engine, "known_failures", ()):
+        fix = None if e.finding is None else e.finding.correction
+        if fix is not None and fix not in out and version_in(engine.version, e.versions):
+            out.append(fix)
+    return tuple(out)
 
 
 def match(known: tuple, violation) -> Optional[KnownFailure]:

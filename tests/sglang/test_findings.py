@@ -9,6 +9,7 @@ import pytest
 
 from contracts import ledger
 from contracts.adapters.sglang import env as sglang_env
+from contracts.adapters.sglang.corrections import forced_fraction_skips_verify_all_cache, row_widened_for_dflash
 from contracts.boundary.engine import PlanCase
 from contracts.boundary.verify import VerifyCase
 from contracts.registry import all_contracts
@@ -26,41 +27,8 @@ def engines(sglang_engine, sglang_chain_engine):
     return {"sglang": sglang_engine, "sglang-chain": sglang_chain_engine}
 
 
-def _row_widened_for_dflash(mp):
-    """Widen the row for the decode reserve for the DFlash family as for UNO (page >= 1)."""
-    from sglang.srt.mem_cache import allocation_sizing as az
-    from sglang.srt.runtime_context import get_spec
-    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
-
-    real = az.get_req_to_token_extra_context_len
-
-    def widened():
-        extra = real()
-        algo = SpeculativeAlgorithm.from_string(get_spec().speculative_algorithm)
-        if algo.is_dflash_family():
-            extra = max(extra, az.get_alloc_reserve_per_decode() + az.get_alloc_page_size() - 1)
-        return extra
-
-    mp.setattr(az, "get_req_to_token_extra_context_len", widened)
 
 
-def _forced_fraction_skips_verify_all_cache(mp):
-    """Let a forced budget fraction reach the scheduler in compact mode with a flat table."""
-    from sglang.srt.speculative.dspark_components.dspark_planner import DSparkVerifyPlanner
-
-    real = DSparkVerifyPlanner.schedule_layout
-
-    def schedule_layout(self, **kw):
-        forced = self._budget_planner is not None and self._budget_planner.forced_budget_frac is not None
-        if not (forced and self._is_verify_all):
-            return real(self, **kw)
-        self._is_verify_all = False
-        try:
-            return real(self, **kw)
-        finally:
-            self._is_verify_all = True
-
-    mp.setattr(DSparkVerifyPlanner, "schedule_layout", schedule_layout)
 
 
 def _candidates_refused_out_of_range(mp):
@@ -85,9 +53,9 @@ FINDINGS = [
     # (contract, shrunk case, correction)
     # Admissible: prompt 41 is SGLang's longest at context 48 (max_req_input_len 42), 5 new tokens its grant.
     ("KV-002", KvPlan(gamma=8, page_choice=0, context_len=48, requests=((True, 0.0, 0),), commits=((1,),) * 4),
-     _row_widened_for_dflash),
+     row_widened_for_dflash),
     ("PLAN-010", PlanCase(confidence=((0.0,),), verify_mode="compact", sps=None, force_budget_frac=0.25, capture_bs=None),
-     _forced_fraction_skips_verify_all_cache),
+     forced_fraction_skips_verify_all_cache),
     ("VERIFY-012", INVALID_DRAFT, _candidates_refused_out_of_range),
 ]
 ENGINES = {"VERIFY-012": ("sglang", "sglang-chain")}

@@ -10,10 +10,10 @@ case and a repro line. The sampled-path bugs are inserted on top of the correcti
 import pytest
 import torch
 
+from contracts.adapters.vllm.corrections import correct_dp_padding, correct_expand
 from contracts.registry import all_contracts
 from contracts.runner import run_contract, violation_of
 from tests.caught import assert_caught, guarded_patches
-from tests.vllm.conftest import correct_dp_padding, correct_expand
 
 
 def _greedy_bonus_after_rejection(mp):

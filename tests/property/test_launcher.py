@@ -254,3 +254,24 @@ def test_bad_arguments_name_the_field_before_anything_starts(args, kwargs, error
 def test_the_default_timeout_is_read_at_call_time(monkeypatch):
     monkeypatch.setattr(launcher, "DEFAULT_TIMEOUT_S", 3.5)
     assert launch(NoCollectives, None, 1).observations == [[(0, None, "gloo", 3.5)]]
+
+
+def test_ranks_are_spawned_where_this_process_holds_a_process_group(tmp_path):
+    """An engine may hold its own torch.distributed group in this process (SGLang's scheduler does, at the step
+    level). A forked rank inherits its gloo threads broken and cannot form another group (a segfault or 'initialize
+    the default process group twice'), so the launcher spawns them then. In a fresh interpreter, so this test's
+    process keeps no group."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch.distributed as dist\n"
+        "from contracts.launcher import launch\n"
+        "from tests.property.test_launcher import Gather\n"
+        f"dist.init_process_group('gloo', init_method='file://{tmp_path}/group', rank=0, world_size=1)\n"
+        "result = launch(Gather, 2, 1, steps=2, timeout_s=30.0)\n"
+        "print(result.start_method, result.observations[0][0]['b'])\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split()[0] == "spawn", run.stdout

@@ -47,6 +47,10 @@ raises NotImplementedError naming the capability, so an unsupported input fails 
   CPU); pool_size <= MAX_RUNNING, max_context_len <= CONTEXT_LEN. `sample_from_anchor` is the draft
   checkpoint's own config field (SGLang reads it from the draft's config.json).
 
+SGLang's scheduler watchdog (it SIGQUITs the parent process when no batch progresses for `watchdog_timeout`) is set
+to a day: the cached Scheduler sits idle between contracts; hides: a hang SGLang's own watchdog would have caught
+(a contract's step loop still bounds every run).
+
 Caching: one Scheduler per (gamma, overlap, sample_from_anchor), built on first use and reused. A new engine on a cached Scheduler
 first aborts every request of the previous one, runs the scheduler until they are released, and checks that the
 request rows and KV slots are all free again (a leak is an error, not a reset).
@@ -190,7 +194,11 @@ class _Slot:
             device="cpu", load_format="dummy", skip_tokenizer_init=True, disable_cuda_graph=True,
             attention_backend="torch_native", page_size=1, speculative_num_draft_tokens=gamma + 1,
             max_total_tokens=KV_SLOTS, max_running_requests=MAX_RUNNING, context_length=CONTEXT_LEN, dtype="float32",
-            disable_radix_cache=True, disable_overlap_schedule=not overlap)
+            disable_radix_cache=True, disable_overlap_schedule=not overlap,
+            # The scheduler's watchdog SIGQUITs this process's PARENT when no batch progresses for watchdog_timeout
+            # (300 s): a Scheduler left idle between contracts, or one slowed by coverage, killed `check`'s caller.
+            # A day is never reached by a contract; an engine hang still shows as the contract's own timeout.
+            watchdog_timeout=86400.0, soft_watchdog_timeout=None)
         self.context = create_scheduler_context(self.server_args)
         with scheduler_env(self.context), scheduler_construction():
             self.port_args = PortArgs.init_new(self.server_args)

@@ -16,6 +16,7 @@ import pytest
 from contracts.html_report import render
 from tests import inprocess
 from tests.hermetic import clean_env
+from tests.property.test_report_json_html import DOUBLING as REPORT_DOUBLING
 
 TOY = textwrap.dedent("""
     from contracts.adapters.reference import ReferenceAdapter
@@ -146,20 +147,8 @@ def test_a_module_factory_in_the_current_directory_loads_in_process(in_tmp_dir):
     assert data["engine"] == "mine (my_engine:make)" and data["counts"]["passed"] == 2
 
 
-DOUBLING = textwrap.dedent("""
-    from contracts.adapters.reference import ReferenceAdapter
-
-    class Doubling(ReferenceAdapter):
-        name = "doubling"
-        capabilities = ReferenceAdapter.capabilities - {"ranks"}
-
-        def scale_rank_counts(self, counts, logprob_counts, width, logprob_width):
-            scaled, logprob = super().scale_rank_counts(counts, logprob_counts, width, logprob_width)
-            return [2 * x for x in scaled], logprob
-
-    def make():
-        return Doubling()
-""")
+# The report tests' engine with counts scaled twice, and a `make` factory for a `module:factory` spec.
+DOUBLING = REPORT_DOUBLING + "\n\ndef make():\n    return Doubling()\n"
 
 
 def _console_script() -> list:

@@ -110,7 +110,8 @@ def _validate(args) -> None:
 
     if args.workers is not None:
         args.workers = validation.workers(args.workers)
-    args.placement = validation.placement(args.device, args.backend, pack=_pack(args.engine))
+    args.pack = _pack(args.engine)  # read once: the placement check and the environment it sets both need it
+    args.placement = validation.placement(args.device, args.backend, pack=args.pack)
     args.contract = validation.contract_ids(args.contract, all_contracts())
     args.require = [validation.capability(level) for level in args.require]
     if args.durations is not None and args.durations < 0:
@@ -217,7 +218,7 @@ def _check(args) -> int:
     if args.coverage:
         return _check_with_coverage(args)
     _one_torch_thread()
-    with _placement_env(args.placement, _pack(args.engine)):
+    with _placement_env(args.placement, args.pack):
         return _run_check(args)
 
 

@@ -5,7 +5,8 @@ with one GPU per rank when there are enough, ranks spawned), runs ``program(rank
 and returns every rank's list of per-step observations. A rank program is a class: `payload` is any picklable
 object, `comm` is the launcher's `Collectives` (rank, world_size, device, backend, timeout_s, and `all_gather`,
 which counts each collective on a progress board in shared memory), and the class attribute ``OPS`` names the
-collectives of one step, in order, so that the parent can tell a rank that skipped or repeated one.
+collectives of one step, in order, so that the parent can tell a rank that skipped or repeated one; an optional
+``PRELOAD`` names modules a forkserver imports once for all ranks (an engine's, when ranks cannot fork from here).
 
 Supervision: every collective has a timeout (the process group's), backed by a watchdog in the parent; a rank
 that fails, dies, desyncs or stalls stops the run, and `RankFailure` names the rank at fault (module
@@ -97,15 +98,19 @@ def _backend(backend: Optional[str], world_size: int) -> str:
 
 
 def _start_method(start_method: Optional[str], backend: str) -> str:
-    """Fork on the CPU (a spawned rank re-imports torch, seconds per rank); spawn for NCCL (CUDA does not fork), and
-    where this process already holds a torch.distributed group (an engine's own, e.g. SGLang's scheduler): its gloo
-    threads do not survive a fork, and the forked rank could neither use nor tear down the group it inherits."""
+    """Fork on the CPU (a spawned rank re-imports torch, seconds per rank); spawn for NCCL (CUDA does not fork). Where
+    this process already holds a torch.distributed group (an engine's own, e.g. SGLang's scheduler), its gloo
+    threads do not survive a fork and the forked rank could neither use nor tear down the group it inherits: the
+    ranks fork from a fresh forkserver instead, which imports the program's PRELOAD modules once for every launch."""
     import torch.distributed as dist
 
     methods = mp.get_all_start_methods()
     if start_method is None:
-        forkable = backend == "gloo" and "fork" in methods and not (dist.is_available() and dist.is_initialized())
-        return "fork" if forkable else "spawn"
+        if backend != "gloo":
+            return "spawn"
+        if not (dist.is_available() and dist.is_initialized()) and "fork" in methods:
+            return "fork"
+        return "forkserver" if "forkserver" in methods else "spawn"
     if start_method not in methods:
         raise ValueError(f"start_method: expected one of {methods} or None, got {start_method!r}")
     return start_method

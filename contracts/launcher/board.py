@@ -16,8 +16,12 @@ import torch
 STATE, POS, COMPLETED = range(3)
 SLOTS = 3
 SHIFT = 32
-STARTING, JOINING, RUNNING, IN_COLLECTIVE, DONE, FAILED = range(6)  # JOINING: forming the process group
-STATE_NAMES = ("starting", "joining the process group", "running", "in a collective", "done", "failed")
+# JOINING: forming the process group; SETUP: building the rank program (imports, engines), READY: built, waiting for
+# the peers to be built too. Both count as startup, so a slow build is never read as a stalled collective.
+STARTING, JOINING, RUNNING, IN_COLLECTIVE, DONE, FAILED, SETUP, READY = range(8)
+STATE_NAMES = ("starting", "joining the process group", "running", "in a collective", "done", "failed",
+               "setting up its program", "set up, waiting for its peers to be")
+STARTUP_STATES = (STARTING, JOINING, SETUP, READY)
 
 
 def new_board(ctx, world_size: int):

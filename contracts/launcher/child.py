@@ -14,7 +14,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from contracts.launcher.board import DONE, FAILED, IN_COLLECTIVE, JOINING, RUNNING, SLOTS, STATE, Collectives
+from contracts.launcher.board import DONE, FAILED, IN_COLLECTIVE, JOINING, READY, RUNNING, SETUP, SLOTS, STATE, Collectives
 
 
 @dataclass(frozen=True)
@@ -98,8 +98,8 @@ def _isolate(rank: int, plan: RankPlan) -> None:
         os.environ["GLOO_SOCKET_IFNAME"] = plan.loopback  # loopback only
 
 
-def _join_group(rank: int, plan: RankPlan, board, conn) -> torch.device:
-    """Rendezvous at the parent's store and form the process group; the rank's device."""
+def _join_group(rank: int, plan: RankPlan, board, conn) -> tuple:
+    """Rendezvous at the parent's store and form the process group; the rank's device and the store."""
     import torch.distributed as dist
 
     if not conn.poll(plan.startup_timeout_s):
@@ -113,7 +113,19 @@ def _join_group(rank: int, plan: RankPlan, board, conn) -> torch.device:
         torch.cuda.set_device(device)
     dist.init_process_group(plan.backend, store=store, rank=rank, world_size=plan.world_size,
                             timeout=timedelta(seconds=plan.timeout_s))
-    return device
+    return device, store
+
+
+def _build_program(rank: int, plan: RankPlan, program: "ProgramRef", payload, comm, store):
+    """Construct the rank program, then wait (bounded by the startup timeout) until every peer has built its own:
+    building can be slow (a spawned rank imports its engine), and a peer waiting in its first collective would
+    otherwise time out on the slowest builder."""
+    comm.mark(SETUP)
+    built = program.resolve()(rank, payload, comm)
+    comm.mark(READY)
+    store.set(f"built/{rank}", "1")
+    store.wait([f"built/{r}" for r in range(plan.world_size)], timedelta(seconds=plan.startup_timeout_s))
+    return built
 
 
 def _check_observations(obs, steps: int) -> None:
@@ -141,10 +153,11 @@ def rank_main(rank: int, plan: RankPlan, program: ProgramRef, payload, board, co
     """Entry point of a rank process. Reports ("ok", observations) or ("error", details) through `conn`."""
     try:
         _isolate(rank, plan)
-        device = _join_group(rank, plan, board, conn)
+        device, store = _join_group(rank, plan, board, conn)
         comm = Collectives(rank, plan.world_size, board, device, plan.ops, backend=plan.backend, timeout_s=plan.timeout_s)
+        built = _build_program(rank, plan, program, payload, comm, store)
         comm.mark(RUNNING)
-        obs = program.resolve()(rank, payload, comm).run()
+        obs = built.run()
         _check_observations(obs, plan.steps)
         comm.mark(DONE)
         conn.send(("ok", obs))

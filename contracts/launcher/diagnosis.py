@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, Optional, Tuple
 
-from contracts.launcher.board import IN_COLLECTIVE, JOINING, RUNNING, STARTING, STATE_NAMES, position, where
+from contracts.launcher.board import IN_COLLECTIVE, JOINING, READY, RUNNING, SETUP, STARTING, STATE_NAMES, position, where
 
 STARTUP_REASON = "ranks did not start"  # how the parent's reasons begin, which the grace period and rules read
 WATCHDOG_REASON = "watchdog"
@@ -115,15 +115,17 @@ def _timed_out(error: dict) -> bool:
 
 
 def never_joined(ev: Evidence) -> Optional[RankFailure]:
-    """A rank still starting, with no report of its own, while a peer waits for it at the rendezvous (still
-    joining past the startup timeout, or failed there by a timeout)."""
-    waiting = [r for r, e in ev.errors.items() if e.get("state") == JOINING and _timed_out(e)]
+    """A rank still starting (or still building its program), with no report of its own, while a peer waits for it
+    at the rendezvous or the setup barrier (still waiting past the startup timeout, or failed there by a timeout)."""
+    waits = (JOINING, READY)
+    waiting = [r for r, e in ev.errors.items() if e.get("state") in waits and _timed_out(e)]
     if ev.reason.startswith(STARTUP_REASON):
-        waiting += [r for r in ev.world if ev.rows[r]["state"] == JOINING]
-    late = [r for r in ev.world if ev.rows[r]["state"] == STARTING and r not in ev.errors]
+        waiting += [r for r in ev.world if ev.rows[r]["state"] in waits]
+    late = [r for r in ev.world if ev.rows[r]["state"] in (STARTING, SETUP) and r not in ev.errors]
     if not waiting or not late:
         return None
-    return ev.fail(late[0], "startup", f"never joined the process group (ranks {sorted(waiting)} wait for it)")
+    what = "never joined the process group" if ev.rows[late[0]]["state"] == STARTING else "never finished building its rank program"
+    return ev.fail(late[0], "startup", f"{what} (ranks {sorted(waiting)} wait for it)")
 
 
 def raised(ev: Evidence) -> Optional[RankFailure]:

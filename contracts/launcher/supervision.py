@@ -47,6 +47,8 @@ class Ranks:
 
     def __init__(self, plan: RankPlan, program, payload, start_method: str, watchdog_s: float):
         ctx = mp.get_context(start_method)
+        if start_method == "forkserver":  # takes effect when the server starts, the first forkserver launch
+            ctx.set_forkserver_preload(list(getattr(program, "PRELOAD", ())))
         self.plan, self.start_method, self.watchdog_s = plan, start_method, watchdog_s
         self.board = progress.new_board(ctx, plan.world_size)
         self.release = ctx.Event()
@@ -132,7 +134,7 @@ class Ranks:
         sig = tuple((x["state"], x["entered"], x["completed"]) for x in rows)
         if sig != self.last_sig:
             self.last_sig, self.last_change = sig, now
-        started = all(x["state"] not in (progress.STARTING, progress.JOINING) for x in rows)
+        started = all(x["state"] not in progress.STARTUP_STATES for x in rows)
         if not started and now - self.t0 > self.plan.startup_timeout_s:
             return f"{STARTUP_REASON} within {self.plan.startup_timeout_s:g}s"
         if started and now - self.last_change > self.watchdog_s:

@@ -15,7 +15,7 @@ import torch
 from hypothesis import strategies as st
 
 from contracts.boundary.ranks import RankRunFailure, RankScenario, TpRun, TpScenario
-from contracts.launcher import RankFailure, launch
+from contracts.launcher import DEFAULT_STARTUP_TIMEOUT_S, RankFailure, launch
 
 TWO_RANKS = RankScenario(
     name="2-ranks-Q4",
@@ -87,11 +87,11 @@ def tp_inputs(scenario: TpScenario, rank: int):
     return conf, torch.cat([anchor, drafts], 1), logits, prefix
 
 
-def run_tp(scenario: TpScenario, program, backend: str = "gloo") -> TpRun:
+def run_tp(scenario: TpScenario, program, backend: str = "gloo", startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S) -> TpRun:
     """`program(rank, scenario, comm)` on `scenario.world_size` rank processes; each rank's run() returns
     [its TpRankResult] (one step)."""
     try:
-        result = launch(program, scenario, scenario.world_size, backend=backend)
+        result = launch(program, scenario, scenario.world_size, backend=backend, startup_timeout_s=startup_timeout_s)
     except RankFailure as e:
         return TpRun(scenario, (), RankRunFailure.of(e))
     return TpRun(scenario, tuple(obs[0] for obs in result.observations), None)

@@ -77,6 +77,15 @@ class HangsBetween(Gather):
         return super().step(step)
 
 
+class SlowBuild(Gather):
+    """Rank 1 takes `payload[1]` seconds to build (a spawned rank importing its engine)."""
+
+    def __init__(self, rank, payload, comm):
+        super().__init__(rank, payload[0], comm)
+        if rank == FAULTY_RANK:
+            time.sleep(payload[1])
+
+
 class ShortReport(Gather):
     def run(self):
         out = super().run()
@@ -195,6 +204,21 @@ def test_a_rank_that_never_joins_is_a_startup_failure(monkeypatch, timeout_s, st
     assert (caught.value.rank, caught.value.kind) == (1, "startup")
 
 
+def test_a_slow_build_is_startup_not_a_stalled_collective():
+    # Rank 1 builds for 3x the collective timeout; rank 0, built at once, must not time out in its first collective.
+    result = launch(SlowBuild, (2, 3.0), 2, steps=2, timeout_s=1.0, startup_timeout_s=20.0)
+    assert [len(obs) for obs in result.observations] == [2, 2]
+
+
+def test_a_build_that_never_ends_is_a_startup_failure_naming_the_rank():
+    t0 = time.monotonic()
+    with pytest.raises(RankFailure, match=r"rank 1 never finished building its rank program \(ranks \[0\] wait for it\)"
+                       r".*ranks did not start within 2s") as caught:
+        launch(SlowBuild, (1, 3600.0), 2, timeout_s=1.0, startup_timeout_s=2.0)
+    assert time.monotonic() - t0 < 2.0 + 6.0
+    assert (caught.value.rank, caught.value.kind) == (1, "startup")
+
+
 def test_a_short_report_is_an_error_naming_the_rank():
     with pytest.raises(RankFailure, match=r"rank 1 raised ValueError .*one observation per step \(2\), got 1") as caught:
         launch(ShortReport, 2, 2, steps=2, timeout_s=5.0)
@@ -256,10 +280,10 @@ def test_the_default_timeout_is_read_at_call_time(monkeypatch):
     assert launch(NoCollectives, None, 1).observations == [[(0, None, "gloo", 3.5)]]
 
 
-def test_ranks_are_spawned_where_this_process_holds_a_process_group(tmp_path):
+def test_ranks_come_from_a_forkserver_where_this_process_holds_a_process_group(tmp_path):
     """An engine may hold its own torch.distributed group in this process (SGLang's scheduler does, at the step
     level). A forked rank inherits its gloo threads broken and cannot form another group (a segfault or 'initialize
-    the default process group twice'), so the launcher spawns them then. In a fresh interpreter, so this test's
+    the default process group twice'), so the launcher forks them from a forkserver then. In a fresh interpreter, so this test's
     process keeps no group."""
     import subprocess
     import sys
@@ -274,4 +298,4 @@ def test_ranks_are_spawned_where_this_process_holds_a_process_group(tmp_path):
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180,
                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     assert run.returncode == 0, run.stderr[-2000:]
-    assert run.stdout.split()[0] == "spawn", run.stdout
+    assert run.stdout.split()[0] == "forkserver", run.stdout

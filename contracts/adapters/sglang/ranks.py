@@ -17,12 +17,19 @@ from contracts.boundary.ranks import TpRankResult, TpRun, TpScenario
 from contracts.strategies.ranks import run_tp, tp_inputs
 
 
+# Where the step level's Scheduler holds a process group in this process, ranks fork from the launcher's forkserver;
+# its first launch imports SGLang there (about 16 s, more on two loaded cores) before any rank is built.
+STARTUP_TIMEOUT_S = 240.0
+
+
 class SGLangTpProgram:
+    PRELOAD = ("contracts.adapters.sglang.rank_preload",)
+
     def __init__(self, rank: int, scenario: TpScenario, comm):
         self.rank, self.scenario, self.timeout_s = rank, scenario, comm.timeout_s
+        runtime()  # before the first collective: the launcher bounds building by its startup timeout
 
     def run(self):
-        runtime()
         from sglang.kernels.ops.speculative.dspark.dspark_schedule import ScheduleVerifyLensTopk
         from sglang.srt.distributed.parallel_state import GroupCoordinator
         from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
@@ -61,4 +68,4 @@ class SGLangTpProgram:
 class SGLangRanks:
     def run_tp_scenario(self, scenario: TpScenario) -> TpRun:
         runtime()  # imported before the ranks fork, so they share it
-        return run_tp(scenario, SGLangTpProgram)
+        return run_tp(scenario, SGLangTpProgram, startup_timeout_s=STARTUP_TIMEOUT_S)

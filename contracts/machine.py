@@ -39,6 +39,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from contracts import budget
 from contracts.boundary.engine import RequestSpec
 from contracts.checks import expect, expect_equal
 from contracts.protocol import STEP_OVERLAP_TOGGLE, STEP_PD, STEP_RAGGED
@@ -341,7 +342,7 @@ def run_decode_loop(engine, families=FAMILIES, *, specs=None, max_examples=25, s
     if specs is None:
         with single_thread():
             run_pinned_program(machine)
-    limit = min(max_examples, settings.default.max_examples)
+    limit = budget.scaled(min(max_examples, settings.default.max_examples))  # the engine's share, if it declares one
     # No explain phase: its coverage-traced replays cost more than the shrinking, and the step program says enough.
     phases = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink)
     seed = _SEEDED[-1][0] if _SEEDED else None

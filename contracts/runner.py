@@ -10,6 +10,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis.database import ExampleDatabase
 from hypothesis.errors import FlakyFailure, UnsatisfiedAssumption
 
+from contracts import budget
 from contracts.engines import engine_label, engine_spec
 from contracts.registry import Contract, all_contracts
 from contracts.violation import ContractViolation, Mismatch, find_violation
@@ -102,6 +103,11 @@ def run_contract(contract: Contract, engine, *, profile: str | None = None, seed
     missing = sorted(contract.requires - set(engine.capabilities))
     if missing:
         pytest.skip(f"engine {engine_label(engine)} lacks capability {', '.join(missing)}")
+    with budget.share_of(engine, contract.id):
+        _run_contract(contract, engine, profile, seed, settings_overrides)
+
+
+def _run_contract(contract: Contract, engine, profile, seed, settings_overrides) -> None:
     if contract.cases is None:
         if settings_overrides or seed is not None:
             asked = sorted(settings_overrides) + ([] if seed is None else ["seed"])
@@ -114,8 +120,9 @@ def run_contract(contract: Contract, engine, *, profile: str | None = None, seed
 
     base = settings.default if profile is None else settings.get_profile(profile)
     overrides = {"report_multiple_bugs": False, **settings_overrides}
-    if contract.max_examples is not None and "max_examples" not in settings_overrides:
-        overrides["max_examples"] = min(contract.max_examples, base.max_examples)
+    if "max_examples" not in settings_overrides:
+        limit = base.max_examples if contract.max_examples is None else min(contract.max_examples, base.max_examples)
+        overrides["max_examples"] = budget.scaled(limit)
     # Every contract runs the same `run`, so Hypothesis keys them alike: keep each contract's examples apart in
     # the database, and give each its own fixed seed where the profile is derandomized.
     derandomize = overrides.get("derandomize", base.derandomize)

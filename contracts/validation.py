@@ -11,6 +11,7 @@ import importlib.util
 import os
 from typing import Iterable, NamedTuple, Optional
 
+from contracts import budget
 from contracts.protocol import CAPABILITIES
 
 _STR_FIELDS = ("name", "version", "device")
@@ -38,6 +39,9 @@ def validate_adapter(engine) -> None:
     if backend is not None and (not isinstance(backend, str) or not backend):
         raise TypeError(f"backend: expected a non-empty str or None, got {backend!r}")
     _check_version_policy(engine)
+    from contracts.registry import all_contracts
+
+    budget.check_shares(engine, all_contracts())
     unknown = sorted(set(caps) - set(CAPABILITIES))
     if unknown:
         hints = "".join(f"; for {u!r} did you mean {', '.join(close)}?" for u in unknown if (close := _close(u, CAPABILITIES)))

@@ -38,6 +38,11 @@ class SGLangAdapter(SGLangHandoff, SGLangDpMetadata, SGLangKv, SGLangGraph, SGLa
     # Contracts whose inputs SGLang's own producers never emit: run only with --hardening, never findings.
     hardening = {"VERIFY-012": "SGLang samples drafts over the drafter's vocabulary and pads with id 0; no producer "
                                "emits a draft id >= V (a range check would add a device-to-host sync per verify)"}
+    # Shares of the profile's examples (contracts.budget): each handoff example runs ScheduleBatch.prepare_for_decode,
+    # whose KV-slot kernel (assign_req_to_token_pool) runs in Triton's interpreter, and each decode-loop example a
+    # real Scheduler's steps. `nightly` still runs the share of its 2,000.
+    example_shares = {**{f"HANDOFF-{i:03d}": 0.25 for i in range(1, 11)},
+                      **{f"LOOP-{i:03d}": 0.5 for i in range(1, 6)}}
     # --coverage: SGLang's DSpark code, and the shared parts it meets in a decode step (relay, PD decode, graphs).
     coverage_modules = (
         "sglang.srt.speculative.dspark_components", "sglang.srt.speculative.dspark_disaggregation",

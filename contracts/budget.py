@@ -1,0 +1,45 @@
+"""Per-engine example shares: the fraction of the profile's examples a contract runs on an engine whose path for
+it is slow (SGLang's interpreted Triton, its scheduler's steps). A pack declares them as `example_shares`
+({contract id: share in (0, 1]}); the share scales the profile, so `ci` runs fewer examples and `nightly` still
+runs its full depth times the share. Declared shares are listed in the pack's docs page."""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+_SHARE: ContextVar[float] = ContextVar("example_share", default=1.0)
+
+
+def shares(engine) -> dict:
+    return dict(getattr(engine, "example_shares", None) or {})
+
+
+def check_shares(engine, known_ids) -> None:
+    """Load-time check of a pack's `example_shares`: known contract ids, shares in (0, 1]."""
+    declared = getattr(engine, "example_shares", None)
+    if declared is None:
+        return
+    if not isinstance(declared, dict):
+        raise TypeError(f"example_shares: expected a dict of contract id -> share, got {type(declared).__name__}")
+    for cid, share in declared.items():
+        if cid not in known_ids:
+            raise ValueError(f"example_shares: unknown contract id {cid!r}")
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
+            raise ValueError(f"example_shares[{cid!r}]: expected a share in (0, 1], got {share!r}")
+
+
+@contextmanager
+def share_of(engine, contract_id: str):
+    """While a contract runs: its share on this engine, for the budgets computed inside (the decode-loop machine)."""
+    token = _SHARE.set(float(shares(engine).get(contract_id, 1.0)))
+    try:
+        yield
+    finally:
+        _SHARE.reset(token)
+
+
+def scaled(max_examples: int) -> int:
+    """`max_examples` times the running contract's share, at least 1."""
+    return max(1, math.ceil(max_examples * _SHARE.get()))

@@ -100,7 +100,7 @@ CAPABILITIES: Mapping[str, Capability] = {
     RANKS_TP: Capability("contracts.boundary.ranks:TpRanksLevel", ("run_tp_scenario",)),
     KV: Capability("contracts.boundary.kv:KvLevel", ("kv_admission_limit", "kv_prompt_limit", "kv_page_sizes",
                                                                     "run_kv_steps")),
-    GRAPH: Capability("contracts.boundary.graph:GraphLevel", ("graph_admission",)),
+    GRAPH: Capability("contracts.boundary.graph:GraphLevel", ("graph_admission", "graph_default_capture_bs")),
     DRAFT: Capability("contracts.boundary.draft:DraftLevel", ("draft_step", "oracle_draft_verify")),
     RELAY: Capability("contracts.boundary.relay:ConfidenceRelayLevel", ("run_confidence_relay",), ("confidence_relay_lag",)),
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
 import re
 from dataclasses import dataclass
@@ -18,10 +19,14 @@ class Contract:
     statement: str
     requires: FrozenSet[str]
     check: Callable  # check(engine, case) with `cases`, else check(engine)
-    cases: Optional[Callable] = None  # () -> hypothesis strategy of boundary cases
+    cases: Optional[Callable] = None  # () or (engine=) -> hypothesis strategy of boundary cases
     examples: Tuple = ()  # cases that always run (regressions, seed bugs)
     max_examples: Optional[int] = None
     marks: Tuple[str, ...] = ()  # extra pytest marks, e.g. "stat"
+
+    def strategy(self, engine):
+        """The cases' strategy; `cases(engine=...)` where it takes the engine, to draw around the engine's own limits."""
+        return self.cases(engine=engine) if "engine" in inspect.signature(self.cases).parameters else self.cases()
 
 
 def contract(id: str, statement: str, *, requires, cases=None, examples=(), max_examples=None, marks=()):

@@ -132,7 +132,7 @@ def _run_contract(contract: Contract, engine, profile, seed, settings_overrides)
     if seed is None and derandomize:
         seed = derandomized_seed(contract.id)
 
-    test = given(case=contract.cases())(run)
+    test = given(case=contract.strategy(engine))(run)
     if seed is not None:
         test = hypothesis_seed(seed)(test)
     for ex in reversed(contract.examples):

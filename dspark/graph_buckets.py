@@ -14,6 +14,16 @@ from typing import Iterable, List, Optional, Sequence
 from dspark import _validate
 
 
+def default_capture_bs(max_bs: int) -> List[int]:
+    """The decode sizes captured when none are configured, with speculative decoding (SGLang:
+    generate_decode_cuda_graph_batch_sizes): dense where padding would waste most (every size to 8), then
+    steps of 2 to 32, 4 to 64, 8 to 256 and 16 beyond; `max_bs` itself always."""
+    _validate.positive_int("max_bs", max_bs)
+    steps = ((1, 9, 1), (10, 33, 2), (40, 65, 4), (72, 257, 8), (272, max_bs + 1, 16))
+    sizes = [bs for lo, hi, step in steps for bs in range(lo, hi, step) if bs <= max_bs]
+    return sizes if max_bs in sizes else sizes + [max_bs]
+
+
 def normalize_capture_bs(capture_bs: Iterable[int], num_max_requests: int, *, width: int = 1,
                          attn_tp_alignment: int = 1) -> List[int]:
     """Configured sizes plus `num_max_requests` when smaller than the largest, aligned, sorted, unique (H1)."""

@@ -51,3 +51,6 @@ class GraphObservation:
 
 class GraphLevel(Protocol):
     def graph_admission(self, case: GraphCase) -> GraphObservation: ...  # build the runner, admit and load one batch
+    # The decode batch sizes the engine captures by default with speculative decoding, up to max_bs, from the
+    # engine's own function (the cases are drawn around them).
+    def graph_default_capture_bs(self, max_bs: int) -> tuple: ...

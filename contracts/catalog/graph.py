@@ -16,6 +16,14 @@ from contracts.registry import contract
 from contracts.strategies.graph import graph_cases
 
 
+GRAPH_MAX_BS = 64  # the largest default size asked of the engine: the cases' pools stay below 80
+
+
+def _cases(*, engine):
+    """Graph cases around the engine's own default capture sizes."""
+    return graph_cases(engine.graph_default_capture_bs(GRAPH_MAX_BS))
+
+
 def _raw(case) -> int:
     return max(case.rank_counts) if case.syncs_across_ranks else case.local_bs
 
@@ -28,7 +36,7 @@ def _observe(engine, case):
 
 @contract("GRAPH-001", "the runner captures every configured size that fits the request pool, plus the pool size when "
           "a configured size exceeds it, sorted and distinct, at the width of its forward (T target, Q draft)",
-          requires={GRAPH}, cases=graph_cases)
+          requires={GRAPH}, cases=_cases)
 def captured_sizes(engine, case):
     obs = _observe(engine, case)
     pool = case.max_running_requests
@@ -40,7 +48,7 @@ def captured_sizes(engine, case):
 @contract("GRAPH-002", "an admitted batch replays the smallest captured size >= the largest per-rank raw request count "
           "(the local count without DP, or for a DP-local dense draft): never fewer slots than live requests, "
           "slots x width tokens",
-          requires={GRAPH}, cases=graph_cases)
+          requires={GRAPH}, cases=_cases)
 def smallest_bucket_that_fits(engine, case):
     obs = _observe(engine, case)
     if not obs.admitted:
@@ -57,7 +65,7 @@ def smallest_bucket_that_fits(engine, case):
 
 @contract("GRAPH-003", "a batch is admitted exactly when a captured graph holds it: its raw size fits the largest "
           "captured size, its per-request width is the captured width, and under DP every rank voted for graphs",
-          requires={GRAPH}, cases=graph_cases)
+          requires={GRAPH}, cases=_cases)
 def admitted_iff_geometry_holds(engine, case):
     obs = _observe(engine, case)
     holds = (_raw(case) <= max(obs.captured_bs) and case.batch_width == obs.captured_width

@@ -630,6 +630,11 @@ REACH["graph.graph_cases"] = (graph.graph_cases(), {
     "past the largest graph": lambda c: c.local_bs > max(c.capture_bs),
     "past the pool": lambda c: c.local_bs > c.max_running_requests,
     "at a captured size": lambda c: c.local_bs in c.capture_bs,
+    "just below a captured size, not captured": lambda c: c.local_bs + 1 in c.capture_bs and c.local_bs not in c.capture_bs,
+    "just past a captured size, not captured": lambda c: c.local_bs - 1 in c.capture_bs and c.local_bs not in c.capture_bs,
+    "one past the largest size": lambda c: c.local_bs == max(c.capture_bs) + 1,
+    "one past the pool": lambda c: c.local_bs == c.max_running_requests + 1,
+    "past the largest default size": lambda c: c.capture_bs == graph.DEFAULT_CAPTURE_BS and c.local_bs > 64,
     "between captured sizes": lambda c: c.local_bs not in c.capture_bs and 0 < c.local_bs < max(c.capture_bs),
     "bs 0": lambda c: c.local_bs == 0,
     "gamma 1": lambda c: c.gamma == 1,
@@ -642,6 +647,20 @@ REACH["graph.graph_cases"] = (graph.graph_cases(), {
     "a larger peer": lambda c: c.rank_counts is not None and max(c.rank_counts) > c.local_bs,
     "vote and MoE draft": lambda c: c.can_run_vote and c.draft_is_moe,
 })
+
+
+def test_graph_cases_are_drawn_around_the_engines_own_sizes():
+    sizes = (3, 5, 9)  # an engine whose defaults are not SGLang's
+    seen = set()
+
+    @settings(database=None, derandomize=True, max_examples=300)
+    @given(graph.graph_cases(sizes))
+    def draws(c):
+        if c.capture_bs == sizes:
+            seen.add(c.local_bs)
+
+    draws()
+    assert {2, 3, 4, 5, 6, 8, 9, 10} <= seen, sorted(seen)
 
 
 def test_graph_shrinks():

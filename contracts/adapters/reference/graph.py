@@ -3,13 +3,16 @@ from __future__ import annotations
 import torch
 
 from contracts.boundary.graph import GraphCase, GraphObservation
-from dspark import graph_runner
+from dspark import graph_buckets, graph_runner
 from dspark.dspark_draft import make_draft_block_spec_info
 from dspark.forward_batch_info import ForwardBatch
 from dspark.schedule_batch import ForwardMode
 
 
 class ReferenceGraph:
+    def graph_default_capture_bs(self, max_bs: int) -> tuple:
+        return tuple(graph_buckets.default_capture_bs(max_bs))
+
     def graph_admission(self, case: GraphCase) -> GraphObservation:
         width = graph_runner.runner_width(case.runner, case.gamma, case.sample_from_anchor)
         runner = graph_runner.DecodeGraphRunner(case.capture_bs, case.max_running_requests, width,

@@ -86,6 +86,15 @@ def _dp(case: GraphCase):
 
 
 class SGLangGraph:
+    def graph_default_capture_bs(self, max_bs: int) -> tuple:
+        runtime()
+        from sglang.srt.arg_groups.cuda_graph_hook import generate_decode_cuda_graph_batch_sizes
+
+        # SGLang's own default (memory_hook calls it when no sizes are configured); of the server args it reads
+        # only these two (no padding switch, a speculative algorithm).
+        args = SimpleNamespace(disable_cuda_graph_padding=False, speculative_algorithm="DSPARK")
+        return tuple(generate_decode_cuda_graph_batch_sizes(args, max_bs))
+
     def graph_admission(self, case: GraphCase) -> GraphObservation:
         rt = runtime()
         from sglang.srt.model_executor.cuda_graph_config import CudaGraphConfig, PhaseConfig

@@ -60,7 +60,8 @@ def test_every_pack_is_an_entry_point_and_every_entry_point_a_pack():
     assert {k: v for k, v in installed.items() if k in declared} == declared  # the editable install is current
 
 
-OWN_ENGINE = {"reference": "dspark", "sglang": "sglang", "vllm": "vllm"}  # a new pack adds its own line
+OWN_ENGINE = {"reference": "dspark", "sglang": "sglang", "vllm": "vllm", "vllm_dspark": "vllm",
+              "deepspec": "deepspec"}  # a new pack adds its own line
 
 
 @pytest.mark.parametrize("pack", PACKS)

@@ -7,15 +7,18 @@ import contextlib
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 
 SUITE = Path(__file__).parent / "suite"
 OK, FAILED, BAD_ARGS, NOTHING_RAN, ENGINE_ERROR = 0, 1, 2, 3, 4
 EXIT_CODES = """exit codes:
   0  no contract failed, and at least one ran (passed, or failed as the known-failures ledger says)
-  1  a contract failed (or pytest stopped on an internal error), or a report or stdout could not be written
+  1  a contract failed, or the harness's own code raised (a harness error, not the engine's), or pytest stopped on
+     an internal error, or a report or stdout could not be written
   2  bad arguments: unknown contract id or capability, bad -n, pytest-xdist missing, unusable output path,
-     --device cuda without CUDA, a --backend this machine cannot run, or a --device/--backend the engine does not take
+     --device cuda without CUDA (--allow-no-gpu: exit 0, the GPU tier skipped), a --backend this machine cannot run,
+     or a --device/--backend the engine does not take
   3  nothing ran: every selected contract was skipped (pass --allow-skips to accept that),
      or a --require'd capability had a contract skipped or none at all
   4  the engine could not be loaded, or its adapter is invalid (unknown capability, missing methods),
@@ -104,26 +107,18 @@ def _is_stdout(path) -> bool:
 
 
 def _validate(args) -> None:
-    """Every argument, before pytest or the engine is imported; raises ValueError naming the flag."""
+    """Every argument, before pytest or the engine is imported; raises ValueError naming the flag. What needs no
+    engine is checked first; then the engine's pack (its adapter class, not the engine, for the built-in packs) is
+    imported for the one check that needs it: whether it takes the --backend."""
     from contracts import profiles, validation
     from contracts.registry import all_contracts
 
     if args.workers is not None:
         args.workers = validation.workers(args.workers)
-    args.pack = _pack(args.engine)  # read once: the placement check and the environment it sets both need it
-    args.placement = validation.placement(args.device, args.backend, pack=args.pack)
     args.contract = validation.contract_ids(args.contract, all_contracts())
     args.require = [validation.capability(level) for level in args.require]
     if args.durations is not None and args.durations < 0:
         raise ValueError(f"--durations: expected N >= 0 (0 = all), got {args.durations}")
-    if args.coverage:
-        from contracts import reach
-
-        missing = reach.coverage_missing()
-        if missing:
-            raise ValueError(missing)
-        if args.workers not in (None, "1"):  # coverage follows one process and its rank processes, not xdist's
-            raise ValueError("--coverage: measures one process and the rank processes it starts; drop -n")
     for flag in ("json", "html", "junitxml"):
         setattr(args, flag, _output_path(f"--{flag}", getattr(args, flag), stdout_ok=flag == "json"))
     args.json_stdout = _is_stdout(args.json)
@@ -132,11 +127,29 @@ def _validate(args) -> None:
         if profile == "ci":  # Hypothesis ignores a seed when derandomize is on; say so rather than ignore it
             raise ValueError("--hypothesis-seed: the 'ci' profile is derandomized and ignores a seed; "
                              "add --profile dev or --profile nightly")
+    if args.coverage:
+        from contracts import reach
+
+        missing = reach.coverage_missing()
+        if missing:
+            raise ValueError(missing)
+        if args.workers not in (None, "1"):  # coverage follows one process and its rank processes, not xdist's
+            raise ValueError("--coverage: measures one process and the rank processes it starts; drop -n")
+    args.no_gpu = None
+    try:  # the device (and CUDA) without the engine
+        validation.placement(args.device, args.backend, pack=None)
+    except validation.NoGpu as e:
+        if not args.allow_no_gpu:
+            raise
+        args.no_gpu = str(e).split(": the GPU tier")[0]
+        return
+    args.pack = _pack(args.engine)  # read once: the backend check and the environment it sets both need it
+    args.placement = validation.placement(args.device, args.backend, pack=args.pack)
 
 
 def _pytest_args(args, spec: str) -> list:
     out = [str(SUITE), "-c", str(SUITE / "check.ini"), "--rootdir", str(SUITE), "--engine", spec,
-           "-q", "--no-header", "-p", "no:randomly",
+           "-q", "--no-header", "-p", "no:randomly", "--disable-warnings",  # the table counts them (show: flag)
            # This process imported hypothesis and the plugin already (argument checks, engine load); neither
            # needs assertion rewriting, so pytest's warning about it is noise.
            "-W", "ignore::pytest.PytestAssertRewriteWarning"]
@@ -151,6 +164,10 @@ def _pytest_args(args, spec: str) -> list:
         out += ["--strict-version"]
     if args.hardening:
         out += ["--hardening"]
+    if args.verbose:
+        out += ["--contracts-verbose"]
+    if args.show_engine_warnings:
+        out += ["--contracts-show-warnings"]
     if args.workers:
         out += ["-n", args.workers]
     if args.junitxml:
@@ -167,6 +184,9 @@ def _pytest_args(args, spec: str) -> list:
 def exit_code(data: dict, require=(), allow_skips: bool = False) -> tuple:
     """(code, message) for a finished run's JSON, by the table in EXIT_CODES."""
     rows, counts = data["contracts"], data["counts"]
+    errors = [r["id"] for r in rows if r["result"] == "harness-error"]
+    if errors:  # the harness's own code raised: nothing was learnt about the engine from those contracts
+        return FAILED, f"{len(errors)} harness error(s) (the harness's own code raised, not the engine): {', '.join(errors)}"
     if counts["failed"]:
         failed = [r["id"] for r in rows if r["result"] == "failed"]
         return FAILED, f"{len(failed)} contract(s) failed: {', '.join(failed)}"
@@ -212,9 +232,13 @@ def _placement_env(where, pack):
 
 def _check(args) -> int:
     try:
-        _validate(args)
+        with warnings.catch_warnings(record=True) as args.early_warnings:  # a pack's import: counted after the table
+            _validate(args)
     except ValueError as e:
         return _fail(str(e), BAD_ARGS)
+    if args.no_gpu:  # asked for: the GPU tier is skipped on this machine, as `pytest -m b300 --allow-no-gpu` does
+        _out(f"dspark-contracts: GPU tier skipped (--allow-no-gpu): {args.no_gpu}")
+        return OK
     if args.coverage:
         return _check_with_coverage(args)
     _one_torch_thread()
@@ -285,7 +309,8 @@ def _run_session(args, json_out) -> int:
 
     spec = chosen_engine(args.engine)
     try:  # fail fast with one line; the session reuses this adapter instead of loading it again
-        engine = load_engine(spec, strict_version=args.strict_version)
+        with warnings.catch_warnings(record=True) as loading:  # the engine's import warnings: counted after the table
+            engine = load_engine(spec, strict_version=args.strict_version)
     except EngineLoadError as e:
         source = "" if args.engine or not os.environ.get("DSPARK_ENGINE") else " (the engine named by $DSPARK_ENGINE)"
         return _fail(f"{e}{source}", ENGINE_ERROR)
@@ -294,7 +319,7 @@ def _run_session(args, json_out) -> int:
     except ValueError as e:
         return _fail(str(e), BAD_ARGS)
     _out(version_line(engine), flush=True)  # the header: `engine NAME VERSION`, and whether it was tested
-    session = Preloaded(engine)  # takes the finished table back, in memory
+    session = Preloaded(engine, [*getattr(args, "early_warnings", ()), *loading])  # takes the table back, in memory
     code = int(pytest.main(_pytest_args(args, spec), plugins=[session]))
     return _finish(args, engine, code, session.table, json_out)
 
@@ -447,6 +472,15 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--backend", metavar="torch|triton|auto",
                        help="verify ops: the torch reference or the Triton kernels (interpreted on cpu, compiled on "
                             "cuda); auto = triton on cuda, torch on cpu (default: $DSPARK_BACKEND, else auto)")
+    check.add_argument("--allow-no-gpu", action="store_true",
+                       help="with --device cuda on a machine without CUDA: say the GPU tier is skipped and exit 0, "
+                            "instead of refusing (exit 2)")
+    check.add_argument("-v", "--verbose", action="store_true",
+                       help="under each known failure, its ledger evidence and repro line (the JSON and HTML hold them "
+                            "always)")
+    check.add_argument("--show-engine-warnings", action="store_true",
+                       help="print every distinct warning raised while the contracts ran, in full (default: counted "
+                            "in one line after the table)")
     check.add_argument("--hardening", action="store_true",
                        help="also run the contracts that are hardening on this engine: inputs its own producers never "
                             "emit (listed apart, never findings; without the flag they are listed, not run)")

@@ -1,10 +1,11 @@
 """An offline conformance page: one self-contained HTML file (inline CSS and SVG, no script, no links out).
 
 Input: one or more runs as `ContractTable.as_dict()` writes them (the `check --json`
-file), each optionally with a `step_sample` (contracts.step_sample). Output: the
-contract x engine matrix (one column per run), every failure with its field,
-expected/observed, shrunk case and repro line, and per run the accept-length and
-verify-length histograms and tau per step.
+file), each optionally with a `step_sample` (contracts.step_sample). Output, in this
+order: a summary strip (the counts per run), every failure and harness error with its
+field, expected/observed, shrunk case, repro line or traceback, the contract x engine
+matrix (one column per run; a failing cell links to its failure, a skipped cell says
+why), and per run the accept-length and verify-length histograms and tau per step.
 """
 
 from __future__ import annotations
@@ -14,14 +15,22 @@ from html import escape
 
 from contracts.report import placement_text
 
-RESULTS = ("passed", "failed", "known-failure", "hardening", "skipped")
+RESULTS = ("passed", "failed", "known-failure", "hardening", "skipped", "harness-error")
+_LINKED = ("failed", "known-failure", "harness-error")  # cells that link to their details
 _CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222}
 h1{font-size:22px}h2{font-size:18px;margin-top:28px}h3{font-size:15px}
 table{border-collapse:collapse}th,td{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}
 th{background:#f3f3f3}tbody th{white-space:nowrap}td.statement{max-width:560px;font-size:12px;color:#444}
 td.passed{background:#e3f5e1}td.failed{background:#f9d6d5;font-weight:bold}
-td.known-failure{background:#fdf0c8}td.skipped{background:#ececec;color:#666}td.hardening{background:#e6eefc;color:#445}td.absent{color:#aaa}
+td.known-failure{background:#fdf0c8}
+td.harness-error{background:#f3d9f7;font-weight:bold}td a{color:inherit}td .why{display:block;font-size:11px;color:#555}
+.strip{display:flex;flex-wrap:wrap;gap:10px;margin:8px 0 4px}.strip .run{border:1px solid #ccc;padding:6px 10px}
+.strip .name{font-weight:bold;margin-right:6px}.count{display:inline-block;padding:1px 6px;margin:2px;border-radius:3px}
+.count.passed{background:#e3f5e1}.count.failed{background:#f9d6d5}.count.known-failure{background:#fdf0c8}
+.count.hardening{background:#e6eefc}.count.skipped{background:#ececec}.count.harness-error{background:#f3d9f7}
+.failure{border-left:4px solid #d99;padding-left:8px;margin:8px 0}.failure.known-failure{border-color:#e5c76b}
+td.skipped{background:#ececec;color:#666}td.hardening{background:#e6eefc;color:#445}td.absent{color:#aaa}
 .version{font-family:monospace}.untested{background:#fdf0c8}
 dl{display:grid;grid-template-columns:max-content auto;gap:2px 12px}dt{font-weight:bold}dd{margin:0}
 pre{white-space:pre-wrap;word-break:break-all;background:#f7f7f7;padding:4px;margin:0}
@@ -56,7 +65,7 @@ def bar_chart(title: str, labels, values, *, x_label: str = "", y_label: str = "
     labels, values = [str(x) for x in labels], [float(v) for v in values]
     if len(labels) != len(values) or not labels:
         raise ValueError(f"labels/values: expected equal, non-empty lengths, got {len(labels)} and {len(values)}")
-    left, bottom, top = 40, 44, 28
+    left, bottom, top = 40, 44, 36  # room above the tallest bar for its value label, below the title
     plot_w, plot_h = width - left - 10, height - bottom - top
     peak = max(max(values), 1e-9)
     slot = plot_w / len(values)
@@ -94,8 +103,10 @@ def step_charts(sample) -> str:
     if "skipped" in sample:
         return f'<p class="note">{escape(sample["skipped"])}</p>'
     steps, gamma = sample.get("steps", []), int(sample.get("gamma", 0))
+    frac = sample.get("budget_frac")
+    budget = "no forced budget" if frac is None else f"budget fraction {frac}"
     out = [f'<p class="note">{sample.get("requests")} greedy requests, gamma {gamma}, {escape(str(sample.get("verify_mode")))} '
-           f'mode, budget fraction {sample.get("budget_frac")}, {len(steps)} steps.</p>']
+           f'mode, {budget}, {len(steps)} steps.</p>']
     if sample.get("error"):
         out.append(f'<p class="note">the step run stopped: {escape(sample["error"])}</p>')
     if steps:
@@ -111,6 +122,33 @@ def step_charts(sample) -> str:
     return "".join(out)
 
 
+def _anchor(run_index: int, cid: str) -> str:
+    return f"f{run_index}-{cid}"
+
+
+def _skip_reason(row, run) -> str:
+    """Why a contract was skipped: the capabilities the engine lacks, else the skip's own words."""
+    missing = sorted(set(row.get("requires") or ()) - set(run.get("capabilities") or ()))
+    if missing:
+        return "lacks " + ", ".join(missing)
+    return (row.get("detail") or "").removeprefix("Skipped: ")
+
+
+def _cell(row, run, run_index: int) -> str:
+    result = row["result"]
+    text = escape(result)
+    if result in _LINKED:
+        text = f'<a href="#{_anchor(run_index, row["id"])}">{text}</a>'
+    why = ""
+    if result == "skipped":
+        why = _skip_reason(row, run)
+    elif result == "hardening":
+        why = "not run (hardening)"
+    why = f'<span class="why">{escape(why)}</span>' if why else ""
+    tip = f' title="{escape(row["detail"])}"' if row.get("detail") else ""
+    return f'<td class="{escape(result)}"{tip}>{text} <small>{float(row["seconds"]):.1f}s</small>{why}</td>'
+
+
 def _matrix(runs, names) -> str:
     ids = sorted({r["id"] for run in runs for r in run["contracts"]})
     by_run = [{r["id"]: r for r in run["contracts"]} for run in runs]
@@ -119,33 +157,45 @@ def _matrix(runs, names) -> str:
     rows = [f'<table class="matrix"><thead><tr><th>contract</th>{head}<th>statement</th></tr></thead><tbody>']
     for cid in ids:
         cells = []
-        for table in by_run:
+        for i, (table, run) in enumerate(zip(by_run, runs)):
             row = table.get(cid)
-            if row is None:
-                cells.append('<td class="absent">not run</td>')
-            else:
-                tip = f' title="{escape(row["detail"])}"' if row.get("detail") else ""
-                cells.append(f'<td class="{escape(row["result"])}"{tip}>{escape(row["result"])} '
-                             f'<small>{float(row["seconds"]):.1f}s</small></td>')
+            cells.append('<td class="absent">not run</td>' if row is None else _cell(row, run, i))
         rows.append(f'<tr id="{escape(cid)}"><th>{escape(cid)}</th>{"".join(cells)}'
                     f'<td class="statement">{escape(statements[cid])}</td></tr>')
     rows.append("</tbody></table>")
     return "".join(rows)
 
 
-def _failures(run, name) -> str:
-    bad = [r for r in run["contracts"] if r["result"] in ("failed", "known-failure")]
+def _failures(run, name, run_index: int) -> str:
+    order = {"failed": 0, "harness-error": 1, "known-failure": 2}  # new failures first
+    bad = sorted((r for r in run["contracts"] if r["result"] in order), key=lambda r: (order[r["result"]], r["id"]))
     if not bad:
         return ""
     out = [f"<h3>{escape(name)}: failures</h3>"]
     for r in bad:
-        out.append(f'<div class="failure"><h4>{escape(r["id"])} ({escape(r["result"])})</h4><dl>')
+        out.append(f'<div class="failure {escape(r["result"])}" id="{_anchor(run_index, r["id"])}">'
+                   f'<h4><a href="#{escape(r["id"])}">{escape(r["id"])}</a> ({escape(r["result"])})</h4><dl>')
         out.append(f"<dt>detail</dt><dd>{escape(r.get('detail') or '')}</dd>")
         f = r.get("failure") or {}
-        for key in ("field", "expected", "observed", "case", "repro"):
+        for key in ("field", "expected", "observed", "where", "case", "repro"):
             if f.get(key):
                 out.append(f"<dt>{key}</dt><dd><pre>{escape(f[key])}</pre></dd>")
+        if r.get("traceback"):
+            out.append(f"<dt>traceback</dt><dd><pre>{escape(r['traceback'])}</pre></dd>")
         out.append("</dl></div>")
+    return "".join(out)
+
+
+def _summary(runs, names) -> str:
+    """The strip at the top: per run, how many contracts had each result."""
+    out = ['<div class="strip">']
+    for run, name in zip(runs, names):
+        counts = run.get("counts") or {}
+        shown = [k for k in RESULTS if k != "harness-error" or counts.get(k)]
+        badges = "".join(f'<span class="count {k}">{counts.get(k, 0)} {"known" if k == "known-failure" else k}</span>'
+                         for k in shown)
+        out.append(f'<div class="run"><span class="name">{escape(name)}</span>{badges}</div>')
+    out.append("</div>")
     return "".join(out)
 
 
@@ -166,7 +216,7 @@ def _run_info(run, name) -> str:
     where = placement_text(run.get("engine_device") or "?", run.get("engine_backend"))
     return (f"<li><b>{escape(name)}</b>: {_version_line(run)}{escape(where)}; capabilities: {escape(caps)}; "
             f"Hypothesis profile {escape(str(h.get('profile')))} ({seed}, max_examples {h.get('max_examples')}); "
-            + ", ".join(f"{c.get(k, 0)} {k}" for k in RESULTS) + "</li>")
+            + ", ".join(f"{c.get(k, 0)} {k}" for k in RESULTS if k != "harness-error" or c.get(k)) + "</li>")
 
 
 def render(runs) -> str:
@@ -175,11 +225,11 @@ def render(runs) -> str:
     names = _column_names(runs)
     parts = ["<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
              "<title>dspark-contracts conformance</title>", f"<style>{_CSS}</style></head><body>",
-             "<h1>dspark-contracts conformance</h1>", "<ul class=\"runs\">",
-             *(_run_info(run, n) for run, n in zip(runs, names)), "</ul>",
-             "<h2>Contracts</h2>", _matrix(runs, names), "<h2>Failures</h2>"]
-    failures = [_failures(run, n) for run, n in zip(runs, names)]
+             "<h1>dspark-contracts conformance</h1>", _summary(runs, names), "<h2 id=\"failures\">Failures</h2>"]
+    failures = [_failures(run, n, i) for i, (run, n) in enumerate(zip(runs, names))]
     parts.append("".join(failures) or '<p class="note">none</p>')
+    parts += ["<h2>Runs</h2>", "<ul class=\"runs\">", *(_run_info(run, n) for run, n in zip(runs, names)), "</ul>",
+              "<h2>Contracts</h2>", _matrix(runs, names)]
     parts.append("<h2>Step level</h2>")
     for run, n in zip(runs, names):
         parts.append(f'<section class="steps"><h3>{escape(n)}</h3>{step_charts(run.get("step_sample"))}</section>')

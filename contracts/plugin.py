@@ -18,8 +18,8 @@ from hypothesis import settings
 
 from contracts import profiles
 from contracts.engines import EngineLoadError, chosen_engine, load_engine, pack_class
-from contracts.report import HARDENING, ContractTable, engine_properties, failure_properties
-from contracts.violation import find_violation
+from contracts.report import HARDENING, HARNESS_ERROR, HARNESS_KEYS, ContractTable, engine_properties, failure_properties
+from contracts.violation import HarnessError, find_violation, harness_error
 
 OPT_IN = ("bench", "nightly", "triton")  # collected only when -m names them
 profiles.register()  # at import, so `--hypothesis-profile dev` resolves in Hypothesis' own configure
@@ -40,6 +40,7 @@ _ENGINE = pytest.StashKey[object]()
 _PLACEMENT = pytest.StashKey[object]()  # contracts.validation.Placement
 _SAVED_ENV = pytest.StashKey[dict]()
 _PRELOADED = pytest.StashKey[bool]()
+_LOAD_WARNINGS = pytest.StashKey[list]()
 
 
 class _Hooks:
@@ -65,6 +66,12 @@ def pytest_addoption(parser):
     group.addoption("--contract", action="append", default=[], metavar="ID", help="run only these contract ids")
     group.addoption("--contracts-progress", action="store_true", default=False,
                     help="print one line per contract as it finishes (id, result, time) instead of dots")
+    group.addoption("--contracts-verbose", action="store_true", default=False,
+                    help="under each known failure in the table, its ledger evidence and repro line")
+    group.addoption("--contracts-show-warnings", action="store_true", default=False,
+                    help="after the table, every distinct warning raised while the contracts ran, in full")
+    group.addoption("--allow-no-gpu", action="store_true", default=False,
+                    help="let -m b300 (the GPU tier) run without a CUDA device: every GPU test is collected and skipped")
     group.addoption("--contracts-device", default=None, metavar="cpu|cuda",
                     help="where the engine's verify level runs (default: $DSPARK_DEVICE, else cpu)")
     group.addoption("--contracts-backend", default=None, metavar="torch|triton|auto",
@@ -77,8 +84,11 @@ def pytest_configure(config):
         config.addinivalue_line("markers", f"{name}: {text}")
     if config.getoption("hypothesis_profile", None) is None:
         settings.load_profile(profiles.default_profile())
-    config.stash[_TABLE] = ContractTable(engine=chosen_engine(config.getoption("engine")))
+    config.stash[_TABLE] = table = ContractTable(engine=chosen_engine(config.getoption("engine")))
+    for w in config.stash.get(_LOAD_WARNINGS, ()):
+        table.note_warning(w.category.__name__, str(w.message), f"{w.filename}:{w.lineno}")
     _configure_placement(config)
+    _check_gpu_tier(config)
     if config.getoption("contract"):  # a typo would otherwise select nothing, silently
         from contracts.registry import all_contracts
         from contracts.validation import contract_ids
@@ -89,6 +99,31 @@ def pytest_configure(config):
             raise pytest.UsageError(str(e)) from None
     # Per config, not a module global: an in-process inner session (pytester) must not take over the outer table.
     config.pluginmanager.register(_Recorder(config), "dspark-contracts-recorder")
+
+
+def _selects_gpu_tier(markexpr: str) -> bool:
+    """Whether `-m EXPR` selects a test marked only b300 (and gpu): `-m b300` does, `-m cpu` and `-m "not b300"` do not."""
+    if not markexpr:
+        return False
+    from _pytest.mark.expression import Expression  # pytest's own -m parser; a bad expression is pytest's to report
+
+    try:
+        return bool(Expression.compile(markexpr).evaluate(lambda name, /, **kwargs: name in ("b300", "gpu")))
+    except Exception:  # noqa: BLE001 - pytest reports the expression itself
+        return False
+
+
+def _check_gpu_tier(config) -> None:
+    """`-m b300` without a usable CUDA device stops with one line, unless --allow-no-gpu (then every GPU test is
+    collected and skipped: what the CPU CI checks)."""
+    if config.getoption("allow_no_gpu") or not _selects_gpu_tier(config.getoption("markexpr") or ""):
+        return
+    from contracts.validation import cuda_missing
+
+    missing = cuda_missing()
+    if missing:
+        raise pytest.UsageError(f"-m {config.getoption('markexpr')}: the GPU tier needs CUDA, but {missing} "
+                                "(--allow-no-gpu collects it and skips every test)")
 
 
 def _configure_placement(config) -> None:
@@ -124,12 +159,14 @@ class Preloaded:
     one line) and passes this to `pytest.main(plugins=...)`; xdist workers still load their own.
     """
 
-    def __init__(self, engine):
+    def __init__(self, engine, load_warnings=()):
         self.engine = engine
         self.table = None
+        self.load_warnings = list(load_warnings)  # warnings.WarningMessage raised while the engine loaded
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_configure(self, config):
+        config.stash[_LOAD_WARNINGS] = self.load_warnings
         config.stash[_ENGINE] = self.engine
         config.stash[_PRELOADED] = True  # its loader showed the version line already
 
@@ -231,11 +268,17 @@ def pytest_runtest_makereport(item, call):
         return report
     if _ENGINE in item.config.stash:
         report.user_properties.extend(engine_properties(item.config.stash[_ENGINE]))
-    violation = None if call.excinfo is None else find_violation(call.excinfo.value)
+    exc = None if call.excinfo is None else call.excinfo.value
+    props = []
+    if exc is not None and report.failed and not isinstance(exc, pytest.fail.Exception):  # Failed: the ledger's word
+        error = find_violation(exc, chain=False, kind=HarnessError) or harness_error(
+            item.get_closest_marker("contract").args[0], exc)
+        props = [] if error is None else [(HARNESS_KEYS[0], str(error)), (HARNESS_KEYS[1], error.traceback)]
+    violation = None if exc is None or props else find_violation(exc)
     if violation is not None:
         props = failure_properties(violation)
-        report.user_properties.extend(props)
-        item.user_properties.extend(props)  # the teardown report carries them on, into --junitxml
+    report.user_properties.extend(props)
+    item.user_properties.extend(props)  # the teardown report carries them on, into --junitxml
     return report
 
 
@@ -254,6 +297,12 @@ class _Recorder:
     def __init__(self, config):
         self.config = config
 
+    def pytest_warning_recorded(self, warning_message, when, nodeid, location):
+        # Relayed to the controller under xdist; counted in the table and printed after it.
+        if when == "runtest" and ("::test_contract[" in nodeid or "::test_contract_on_cuda[" in nodeid):
+            w = warning_message
+            self.config.stash[_TABLE].note_warning(w.category.__name__, str(w.message), f"{w.filename}:{w.lineno}")
+
     def pytest_runtest_logreport(self, report):
         # user_properties survive xdist's worker -> controller serialisation.
         props = dict(report.user_properties)
@@ -269,6 +318,8 @@ class _Recorder:
             detail = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
             outcome = HARDENING if detail.removeprefix("Skipped: ").startswith(f"{HARDENING}:") else "skipped"
             detail = detail.removeprefix("Skipped: ") if outcome == HARDENING else detail
+        elif report.failed and HARNESS_KEYS[0] in props:
+            outcome, detail = HARNESS_ERROR, props[HARNESS_KEYS[0]]
         elif report.failed:
             crash = getattr(report.longrepr, "reprcrash", None)
             outcome, detail = "failed", crash.message.splitlines()[0] if crash is not None and crash.message else report.when
@@ -300,5 +351,7 @@ def pytest_terminal_summary(terminalreporter, config):
         return
     terminalreporter.section("dspark contracts")
     # The engine's version line heads the table, unless `check` printed it before the session.
-    for line in table.lines(version_line=not config.stash.get(_PRELOADED, False)):
+    for line in table.lines(version_line=not config.stash.get(_PRELOADED, False),
+                            verbose=config.getoption("contracts_verbose"),
+                            show_warnings=config.getoption("contracts_show_warnings")):
         terminalreporter.write_line(line)

@@ -12,7 +12,8 @@ from typing import Optional
 
 from contracts.engines import VersionStatus
 
-_RANK = {"passed": 0, "skipped": 1, "hardening": 1, "known-failure": 2, "failed": 3}  # the worst of a contract's phases wins
+HARNESS_ERROR = "harness-error"  # the harness's own code raised (contracts.violation.HarnessError): not the engine's
+_RANK = {"passed": 0, "skipped": 1, "hardening": 1, "known-failure": 2, "failed": 3, HARNESS_ERROR: 4}  # worst phase wins
 # A contract whose inputs the engine's own producers never emit (the pack's `hardening`): not a finding; it runs
 # only under --hardening, and its row sits under its own heading either way.
 HARDENING = "hardening"
@@ -21,7 +22,8 @@ ENGINE_KEYS = ("dspark_engine", "dspark_engine_name", "dspark_engine_spec", "dsp
                "dspark_engine_device", "dspark_engine_capabilities", "dspark_engine_backend",
                "dspark_engine_tested_versions")
 FAILURE_KEYS = {"field": "dspark_field", "expected": "dspark_expected", "observed": "dspark_observed",
-                "case": "dspark_case", "repro": "dspark_repro", "message": "dspark_message"}
+                "case": "dspark_case", "repro": "dspark_repro", "message": "dspark_message", "where": "dspark_where"}
+HARNESS_KEYS = ("dspark_harness_error", "dspark_traceback")
 
 
 def engine_properties(engine) -> list:
@@ -45,7 +47,7 @@ def placement_text(device, backend) -> str:
 def failure_properties(violation) -> list:
     values = {"field": violation.what, "expected": violation.expected, "observed": violation.observed,
               "case": "" if violation.case is None else repr(violation.case), "repro": violation.repro or "",
-              "message": str(violation).splitlines()[0]}
+              "message": str(violation).splitlines()[0], "where": getattr(violation, "where", None) or ""}
     return [(FAILURE_KEYS[k], str(v)) for k, v in values.items()]
 
 
@@ -56,6 +58,7 @@ class Failure:
     observed: str
     case: str
     repro: str
+    where: str = ""  # an engine exception: the engine's frame that raised it
 
 
 @dataclass
@@ -69,6 +72,7 @@ class Row:
     detail: str = ""
     failure: Optional[Failure] = None
     hardening: str = ""  # why this contract is hardening on this engine ("" when it is not)
+    traceback: str = ""  # a harness error's traceback
 
 
 @dataclass
@@ -78,6 +82,7 @@ class ContractTable:
     engine_info: dict = field(default_factory=dict)  # name, spec, version, device, capabilities
     hypothesis: dict = field(default_factory=dict)  # profile, derandomize, max_examples, seed
     coverage: Optional[list] = None  # --coverage: one dict per declared engine module (contracts.reach.ModuleReach)
+    warnings: list = field(default_factory=list)  # warnings raised while contracts ran: {category, message, where, count}
 
     def note_engine(self, properties: dict) -> None:
         if self.engine_info or "dspark_engine" not in properties:
@@ -105,10 +110,20 @@ class ContractTable:
                 row.failure = Failure(**{f.name: properties.get(FAILURE_KEYS[f.name], "") for f in fields(Failure)})
                 if outcome == "failed":  # a known failure keeps the ledger's reason as its detail
                     row.detail = properties.get(FAILURE_KEYS["message"]) or detail
+            if outcome == HARNESS_ERROR:
+                row.failure, row.traceback = None, properties.get(HARNESS_KEYS[1], "")
         return row
 
+    def note_warning(self, category: str, message: str, where: str) -> None:
+        """One warning raised during a contract; the same (category, message, where) is counted, not repeated."""
+        for w in self.warnings:
+            if (w["category"], w["message"], w["where"]) == (category, message, where):
+                w["count"] += 1
+                return
+        self.warnings.append({"category": category, "message": message, "where": where, "count": 1})
+
     def counts(self) -> dict:
-        out = {"passed": 0, "failed": 0, "skipped": 0, "known-failure": 0, "hardening": 0}
+        out = {"passed": 0, "failed": 0, "skipped": 0, "known-failure": 0, "hardening": 0, HARNESS_ERROR: 0}
         for row in self.rows.values():
             out[row.result] += 1
         return out
@@ -116,44 +131,14 @@ class ContractTable:
     def progress_line(self, row: Row) -> str:
         return f"{row.id:<12} {row.result:<13} {row.seconds:6.1f}s"
 
-    def lines(self, version_line: bool = False) -> list:
-        """The table as printed; with `version_line`, headed by the engine's version line (`engine sglang 0.5.23`,
-        or `... (untested; tested: ...)`), which the plugin prints there and `check` before the session."""
-        width = max((len(r.id) for r in self.rows.values()), default=2)
-        info = self.engine_info
-        out = []
-        if info and version_line:
-            out.append(info["version_line"])
-        if info:
-            out.append(f"engine={self.engine} {info['version']}: {placement_text(info['device'], info.get('backend'))}")
-        out.append(f"{'contract':<{width}}  {'result':<7}  {'time':>6}  statement")
-        rows = sorted(self.rows.values(), key=lambda r: r.id)
-        for r in (r for r in rows if not r.hardening):
-            out.extend(self._row_lines(r, width))
-        hardening = [r for r in rows if r.hardening]
-        if hardening:
-            out.append("hardening (inputs this engine's own producers never emit; not findings; run with --hardening):")
-            for r in hardening:
-                out.extend(self._row_lines(r, width))
-        c = self.counts()
-        where = f" {info['version']} on {info['device']}" if info else ""
-        out.append(f"engine={self.engine}{where}: {c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped, "
-                   f"{c['known-failure']} known failures" + (f", {c['hardening']} hardening not run" if c["hardening"] else ""))
-        if self.hypothesis:
-            h = self.hypothesis
-            seed = "derandomized" if h.get("derandomize") else f"seed={h.get('seed')}"
-            out.append(f"hypothesis: profile={h.get('profile')} ({seed}, max_examples={h.get('max_examples')})")
-        return out
+    def lines(self, version_line: bool = False, verbose: bool = False, show_warnings: bool = False) -> list:
+        """The table as printed (contracts.table_text); with `version_line`, headed by the engine's version line
+        (`engine sglang 0.5.23`, or `... (untested; tested: ...)`), which the plugin prints there and `check` before
+        the session. `verbose` adds each known failure's ledger evidence and repro line; `show_warnings` prints every
+        distinct warning in full instead of counting them."""
+        from contracts.table_text import table_lines
 
-    @staticmethod
-    def _row_lines(r: Row, width: int) -> list:
-        text = r.statement if len(r.statement) <= 100 else r.statement[:97] + "..."
-        out = [f"{r.id:<{width}}  {r.result:<7}  {r.seconds:5.1f}s  {text}"]
-        if r.result != "passed" and r.detail:
-            out.append(f"{'':<{width}}  {'':<7}  {'':>6}  -> {r.detail}")
-        if r.failure is not None and r.failure.repro:
-            out.append(f"{'':<{width}}  {'':<7}  {'':>6}     repro: {r.failure.repro}")
-        return out
+        return table_lines(self, version_line=version_line, verbose=verbose, show_warnings=show_warnings)
 
     def as_dict(self) -> dict:
         info = self.engine_info
@@ -163,6 +148,7 @@ class ContractTable:
                 "engine_tested": info.get("tested"), "engine_version_line": info.get("version_line"),
                 "capabilities": info.get("capabilities"), "hypothesis": self.hypothesis, "counts": self.counts(),
                 "contracts": [asdict(r) for r in sorted(self.rows.values(), key=lambda r: r.id)],
+                "warnings": self.warnings,
                 **({} if self.coverage is None else {"coverage": self.coverage})}
 
     def write_json(self, path: str) -> None:

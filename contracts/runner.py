@@ -13,7 +13,7 @@ from hypothesis.errors import FlakyFailure, UnsatisfiedAssumption
 from contracts import budget
 from contracts.engines import engine_label, engine_spec
 from contracts.registry import Contract, all_contracts
-from contracts.violation import ContractViolation, Mismatch, find_violation
+from contracts.violation import ContractViolation, HarnessError, Mismatch, find_violation, raising_frame
 
 
 def _placement(engine):
@@ -45,10 +45,13 @@ def _call(contract: Contract, engine, case) -> None:
                                 case=case, repro=repro_line(contract, engine, case)) from None
     except (ContractViolation, UnsatisfiedAssumption):  # an engine-declared input limit discards the example
         raise
-    except Exception as e:  # an engine crash is a violation too, reported the same way
+    except Exception as e:  # an engine crash is a violation too; a crash in the harness's own code is not
+        side, where = raising_frame(e)
+        if side == "harness":
+            raise HarnessError(contract.id, e) from e
         raise ContractViolation(contract.id, engine_label(engine), contract.statement, "call", "no exception",
                                 f"{type(e).__name__}: {e}", case=case,
-                                repro=repro_line(contract, engine, case)) from e
+                                repro=repro_line(contract, engine, case), where=where) from e
 
 
 class ContractDatabase(ExampleDatabase):

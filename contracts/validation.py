@@ -134,7 +134,12 @@ def _choice(value, known, flag: str) -> str:
     return text
 
 
-def _cuda_missing() -> Optional[str]:
+class NoGpu(ValueError):
+    """cuda was asked for on a machine without a usable CUDA device: the GPU tier cannot run here."""
+
+
+def cuda_missing() -> Optional[str]:
+    """Why this machine has no usable CUDA device, or None when it has one."""
     import torch
 
     if torch.cuda.is_available():
@@ -157,9 +162,10 @@ def placement(device=None, backend=None, *, pack=None, device_flag: str = "--dev
         backend, backend_flag = os.environ[BACKEND_ENV], BACKEND_ENV
     device = _choice("cpu" if device is None else device, DEVICES, device_flag)
     if device == "cuda":
-        missing = _cuda_missing()
+        missing = cuda_missing()
         if missing:
-            raise ValueError(f"{device_flag}: 'cuda' requested, but {missing}")
+            raise NoGpu(f"{device_flag}: 'cuda' requested, but {missing}: the GPU tier needs CUDA "
+                        "(--allow-no-gpu skips it instead)")
     requested = "auto" if backend is None else backend
     if pack is None:  # the pack could not be imported: the engine's load reports that, and checks what it is handed
         text = str(requested).strip().lower()

@@ -6,7 +6,8 @@
 Per step it prints the verify lengths L, the accept lengths (accepted drafts)
 and tau, the tokens emitted per target forward (1 <= tau <= gamma+1). Long
 runs (more than --quiet-above requests) show a tqdm progress bar instead.
-A bad knob is refused with one line naming it (exit 2), before anything runs.
+Every knob has bounds (see --help); a value outside them is refused with one line naming it (exit 2), before
+anything runs or is allocated.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import math
 import sys
 
 from dspark.engine import VERIFY_MODES, DSparkConfig, DSparkEngine, Request, SamplingParams
-from dspark.toy_models import DRAFTERS, ToyTarget, make_drafter, target_greedy_decode
+from dspark.toy_models import DRAFTERS, MAX_BLOCK, ToyTarget, make_drafter, target_greedy_decode
 
 SHOWN_REQUESTS = 4  # requests whose output is printed in full
 
@@ -27,19 +28,32 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+# Every integer knob: (low, high, why the bound). The toy models are dense float64 tables and the demo holds
+# every request in one batch, so the upper bounds keep a run to seconds and megabytes.
+BOUNDS = {
+    "--gamma": (1, MAX_BLOCK, f"the toy drafter embeds {MAX_BLOCK} block positions"),
+    "--bs": (1, 1024, "the demo needs at least one request; all of them run in one batch"),
+    "--vocab": (2, 1024, "one token id is the drafter's mask token; the toy drafter takes an SVD of the V x V bigram table"),
+    "--max-new": (1, 4096, "tokens generated per request"),
+    "--quiet-above": (0, 1024, "requests shown step by step before a progress bar replaces them"),
+    "--seed": (0, 2 ** 63 - 1, "torch generators take a signed 64-bit seed"),
+}
+MAX_TEMPERATURE = 100.0
+
+
+def _bounds(flag: str) -> str:
+    low, high, _ = BOUNDS[flag]
+    return f"in [{low}, {high if high < 2 ** 32 else '2**63-1'}]"
+
+
 def check_knobs(args) -> None:
     """Raise ValueError naming the first bad knob; the engine's own checks name config fields, not flags."""
-    at_least = (("--gamma", args.gamma, 1, ""), ("--max-new", args.max_new, 1, ""),
-                ("--bs", args.bs, 1, " (the demo needs at least one request to generate for)"),
-                ("--vocab", args.vocab, 2, " (one token id is the drafter's mask token)"),
-                ("--quiet-above", args.quiet_above, 0, ""))
-    for flag, value, low, why in at_least:
-        if value < low:
-            raise ValueError(f"{flag}: must be >= {low}, got {value}{why}")
-    if not (math.isfinite(args.temperature) and args.temperature >= 0):
-        raise ValueError(f"--temperature: must be a finite number >= 0 (0 = greedy), got {args.temperature}")
-    if not 0 <= args.seed < 2 ** 63:  # the toy models seed torch generators, which take a signed 64-bit seed
-        raise ValueError(f"--seed: must lie in [0, 2**63), got {args.seed}")
+    for flag, (low, high, why) in BOUNDS.items():
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if not low <= value <= high:
+            raise ValueError(f"{flag}: must lie {_bounds(flag)}, got {value} ({why})")
+    if not (math.isfinite(args.temperature) and 0 <= args.temperature <= MAX_TEMPERATURE):
+        raise ValueError(f"--temperature: must lie in [0, {MAX_TEMPERATURE:g}] (0 = greedy), got {args.temperature}")
     frac = args.budget_frac
     if frac is not None and not (math.isfinite(frac) and 0 < frac <= 1):
         raise ValueError(f"--budget-frac: must lie in (0, 1], got {frac}")
@@ -57,15 +71,16 @@ def main(argv=None) -> int:
     p = _Parser(prog="python -m dspark.demo", description=__doc__.splitlines()[0])
     p.add_argument("--drafter", choices=DRAFTERS, default="vanilla")
     p.add_argument("--mode", choices=VERIFY_MODES, default="compact")
-    p.add_argument("--gamma", type=int, default=4)
-    p.add_argument("--bs", type=int, default=4, help="requests, all in one batch")
-    p.add_argument("--vocab", type=int, default=16)
-    p.add_argument("--max-new", type=int, default=24)
-    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--gamma", type=int, default=4, help=f"draft tokens per block, {_bounds('--gamma')}")
+    p.add_argument("--bs", type=int, default=4, help=f"requests, all in one batch, {_bounds('--bs')}")
+    p.add_argument("--vocab", type=int, default=16, help=f"toy vocabulary size, {_bounds('--vocab')}")
+    p.add_argument("--max-new", type=int, default=24, help=f"tokens per request, {_bounds('--max-new')}")
+    p.add_argument("--temperature", type=float, default=0.0, help=f"in [0, {MAX_TEMPERATURE:g}]; 0 = greedy")
     p.add_argument("--budget-frac", type=float, default=None, help="dspark_force_budget_frac in (0, 1]")
     p.add_argument("--overlap", action="store_true", help="overlap scheduling (inputs relayed through the FutureMap)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--quiet-above", type=int, default=8, help="above this many requests, show a progress bar instead")
+    p.add_argument("--seed", type=int, default=0, help=f"{_bounds('--seed')}")
+    p.add_argument("--quiet-above", type=int, default=8,
+                   help=f"above this many requests, show a progress bar instead, {_bounds('--quiet-above')}")
     args = p.parse_args(argv)
     try:
         check_knobs(args)

@@ -24,6 +24,7 @@ import torch
 from dspark import _validate
 
 F64 = torch.float64
+MAX_BLOCK = 64  # draft block positions the toy drafter embeds: gamma <= MAX_BLOCK
 MARKOV_HEADS = ("vanilla", "gated", "rnn")
 _NO_TOKEN = -1  # "no x_-2 yet" in the pair hash
 
@@ -120,7 +121,7 @@ class ToyDrafter:
         self.W2 = S[:r].sqrt()[:, None] * Vh[:r]  # [r, V]
         self.Wctx = torch.randn(D, D, generator=g, dtype=F64) / D ** 0.5
         self.Wtok = torch.randn(V, D, generator=g, dtype=F64)
-        self.Wpos = torch.randn(64, D, generator=g, dtype=F64)
+        self.Wpos = torch.randn(MAX_BLOCK, D, generator=g, dtype=F64)
         self.Wout = base_scale * torch.randn(D, V, generator=g, dtype=F64)
         self.Wg = torch.randn(D + r, r, generator=g, dtype=F64) / (D + r) ** 0.5
         self.Wj = torch.randn(r + r + D, 3 * r, generator=g, dtype=F64) / (2 * r + D) ** 0.5

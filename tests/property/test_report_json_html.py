@@ -116,7 +116,8 @@ class _Page(HTMLParser):
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
         self.tags.append(tag)
-        if tag in ("script", "link", "img", "iframe", "object") or "src" in attrs or "href" in attrs:
+        if tag in ("script", "link", "img", "iframe", "object") or "src" in attrs or \
+                not (attrs.get("href") or "#").startswith("#"):  # a link within the page loads nothing
             self.external.append((tag, attrs))
         self.svgs += tag == "svg"
         self.bars += tag == "rect" and attrs.get("class") == "bar"

@@ -1,0 +1,131 @@
+"""The contract x result table as `check` prints it: one line per contract that ran, fitted to a 140-column terminal.
+
+Known failures get one line (their ledger evidence is in the JSON, the HTML page and `--verbose`); skipped contracts
+are summarised, one line per missing capability with the ids it covers; a new failure or a harness error keeps its
+violation (wrapped) and its repro line (never wrapped: it is a command to paste); warnings come after, counted.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from itertools import groupby
+
+from contracts.report import HARNESS_ERROR, placement_text
+
+WIDTH = 140  # the terminal the table must fit
+_DETAILED = ("failed", HARNESS_ERROR)  # results whose evidence is printed under their row
+
+
+def _fit(text: str, room: int) -> str:
+    return text if len(text) <= room else text[:max(room - 3, 0)] + "..."
+
+
+def id_ranges(ids) -> str:
+    """`LOOP-001..003, PLAN-010`: runs of consecutive numbers under one prefix written as a range."""
+    parts = []
+    keyed = [(m.group(1), int(m.group(2)), i) if (m := re.fullmatch(r"(.*?)(\d+)", i)) else (i, None, i)
+             for i in sorted(ids)]
+    for prefix, group in groupby(keyed, key=lambda k: k[0]):
+        group = list(group)
+        run = [group[0]]
+        for item in group[1:] + [None]:
+            if item is not None and item[1] is not None and run[-1][1] is not None and item[1] == run[-1][1] + 1:
+                run.append(item)
+                continue
+            first, last = run[0][2], run[-1][2]
+            parts.append(first if len(run) == 1 else f"{first}..{last[len(prefix):]}")
+            run = [item]
+    return ", ".join(parts)
+
+
+def _wrapped(head: str, body: str, indent: int) -> list:
+    return textwrap.wrap(body, WIDTH, initial_indent=head, subsequent_indent=" " * indent,
+                         break_on_hyphens=False, break_long_words=True) or [head]
+
+
+def skip_lines(rows, capabilities) -> list:
+    """One line per missing capability (or other skip reason) with the ids it covers."""
+    groups: dict = {}
+    for r in rows:
+        missing = sorted(set(r.requires) - set(capabilities))
+        key = ("lacks " + ", ".join(missing)) if missing else (r.detail.removeprefix("Skipped: ") or "skipped")
+        groups.setdefault(key, []).append(r.id)
+    if not groups:
+        return []
+    out = [f"skipped: {len(rows)} contract(s)"]
+    for reason, ids in sorted(groups.items()):
+        out += _wrapped(f"  {reason} ({len(ids)}): ", id_ranges(ids), 4)
+    return out
+
+
+def table_lines(table, *, version_line: bool = False, verbose: bool = False, show_warnings: bool = False) -> list:
+    info = table.engine_info
+    out = []
+    if info and version_line:
+        out.append(info["version_line"])
+    if info:
+        out.append(f"engine={table.engine} {info['version']}: {placement_text(info['device'], info.get('backend'))}")
+    rows = sorted(table.rows.values(), key=lambda r: r.id)
+    shown = [r for r in rows if r.result != "skipped" and not r.hardening]
+    hardening = [r for r in rows if r.hardening]
+    listed = shown + hardening
+    widths = (max([len("contract")] + [len(r.id) for r in listed]),
+              max([len("result")] + [len(r.result) for r in listed]),
+              max([len("time")] + [len(f"{r.seconds:.1f}s") for r in listed]))
+    out.append(_row("contract", "result", "time", "statement", widths))
+    for r in shown:
+        out.extend(_row_lines(r, widths, verbose))
+    if hardening:
+        out.append("hardening (inputs this engine's own producers never emit; not findings; run with --hardening):")
+        for r in hardening:
+            out.extend(_row_lines(r, widths, verbose))
+    out.extend(skip_lines([r for r in rows if r.result == "skipped" and not r.hardening], info.get("capabilities") or []))
+    c = table.counts()
+    where = f" {info['version']} on {info['device']}" if info else ""
+    extra = "".join(f", {c[k]} {label}" for k, label in ((HARNESS_ERROR, "harness errors"), ("hardening", "hardening not run"))
+                    if c[k])
+    out.append(f"engine={table.engine}{where}: {c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped, "
+               f"{c['known-failure']} known failures{extra}")
+    if table.hypothesis:
+        h = table.hypothesis
+        seed = "derandomized" if h.get("derandomize") else f"seed={h.get('seed')}"
+        out.append(f"hypothesis: profile={h.get('profile')} ({seed}, max_examples={h.get('max_examples')})")
+    out.extend(warning_lines(table.warnings, show_warnings))
+    return out
+
+
+def warning_lines(warnings, show: bool) -> list:
+    """After the table: the warnings the run raised, counted; in full with `show` (check --show-engine-warnings)."""
+    if not warnings:
+        return []
+    total = sum(w["count"] for w in warnings)
+    head = f"warnings: {total} raised while the contracts ran ({len(warnings)} distinct)"
+    if not show:
+        first = warnings[0]
+        return [_fit(f"{head}; --show-engine-warnings prints them; first: {first['category']}: "
+                     f"{first['message'].splitlines()[0] if first['message'] else ''}", WIDTH)]
+    out = [head + ":"]
+    for w in sorted(warnings, key=lambda w: -w["count"]):
+        out.append(f"  {w['count']}x {w['category']} at {w['where']}:")
+        out.extend("    " + line for line in w["message"].splitlines())
+    return out
+
+
+def _row(cid, result, time, statement, widths) -> str:
+    head = f"{cid:<{widths[0]}}  {result:<{widths[1]}}  {time:>{widths[2]}}  "
+    return head + _fit(statement, WIDTH - len(head))
+
+
+def _row_lines(r, widths, verbose: bool) -> list:
+    out = [_row(r.id, r.result, f"{r.seconds:.1f}s", r.statement, widths)]
+    if r.result not in _DETAILED and not (verbose and r.result == "known-failure"):
+        return out
+    indent = sum(widths) + 6
+    if r.detail:
+        out += _wrapped(" " * indent + "-> ", r.detail, indent + 3)
+    if r.failure is not None and r.failure.where:
+        out += _wrapped(" " * indent + "   raised at: ", r.failure.where, indent + 3)
+    if r.failure is not None and r.failure.repro:
+        out.append(" " * indent + "   repro: " + r.failure.repro)
+    return out

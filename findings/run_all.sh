@@ -11,7 +11,7 @@ set -u
 
 engine="${1:-}"
 if [ -z "$engine" ] || [ ! -d "$(dirname "$0")/$engine" ]; then
-    echo "usage: [PYTHON=...] bash findings/run_all.sh <sglang|vllm>" >&2
+    echo "usage: [PYTHON=...] bash findings/run_all.sh <sglang|vllm|deepspec>" >&2
     exit 2
 fi
 py="${PYTHON:-python}"

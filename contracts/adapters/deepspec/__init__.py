@@ -1,0 +1,66 @@
+"""The adapter for DeepSpec (deepseek-ai/DeepSpec), DeepSeek's own DSpark implementation, on CPU: one mixin per level.
+
+It imports DeepSpec from its source tree (contracts.adapters.deepspec.env: ../shared/engines/deepspec from the
+repository root, or $DSPARK_DEEPSPEC_PATH), builds weights-free models from seeds (models.py: transformers' Qwen3
+target and DeepSpec's own `Qwen3DSparkModel` drafter from its `build_draft_config`), and calls the functions its
+DSpark evaluator calls: `verify_draft_tokens` (verify level) and `generate_decoding_sample` with the evaluator's
+`_init_context` / `_propose` (`forward_dspark_draft_block`, `build_dspark_proposal`) / `_update` (step level). Its
+version is the tree's commit. DeepSpec runs in its own venv (transformers 5.10.2: scripts/install_deepspec.sh).
+
+`DeepSpecAdapter(confidence_threshold=t)` runs the evaluator with its confidence head truncating proposals at t
+(default 0, the evaluator's default: never). `check` runs the default; tests/deepspec run t = 0.5.
+
+Declared: verify, verify.distributions, verify.chain-sampling (accept with min(1, p/q), else the residual
+max(p - q, 0)), step, step.seeded-sampling (each request's generation is seeded by the engine seed and its id).
+Not declared, with the reason:
+  - verify.injected-noise: DeepSpec draws its coins and residual from the global torch generator, not from inputs;
+  - verify.float64: it computes its laws in float32 (`logits_to_probs` casts to float32);
+  - verify.cap-trim: a verify length is the proposal's length (the confidence head's truncation), so DeepSpec
+    never sees the drafts past it; verify.placeholders (the -1 padding is the adapter's); verify.empty-batch (the
+    loop never verifies an empty batch);
+  - step.pd-handoff, step.ragged, step.overlap-toggle: DeepSpec has no PD handoff, no verify budget planner and no
+    overlap scheduler; its decode loop is batch size 1 only (`assert input_ids.size(0) == 1`), so the contracts
+    about batches (joins and leaves mid-batch, row reuse, DP) have nothing to check: dp-metadata, dp-metadata.padding,
+    ranks, ranks.tp-sync, handoff, kv (no paged KV: a DynamicCache per request), graph (no CUDA graphs), planner and
+    relay.confidence (no confidence-scheduled budget: the evaluator truncates at a fixed threshold);
+  - step.laws: drafts are multinomial draws (`sample_tokens`), so there is no Gumbel noise to report;
+  - draft: its observation is paged-KV slots and a request-to-token row (SGLang's layout); DeepSpec's draft block
+    writes a DynamicCache by position. What the draft level would check on DeepSpec is listed in
+    docs/engines/deepspec.md (not yet a contract).
+"""
+
+from __future__ import annotations
+
+from contracts import protocol
+from contracts.adapters.deepspec import env as deepspec_env
+from contracts.adapters.deepspec.ledger import KNOWN_FAILURES
+from contracts.adapters.deepspec.step import DeepSpecStep
+from contracts.adapters.deepspec.verify import DeepSpecVerify
+
+
+class DeepSpecAdapter(DeepSpecVerify, DeepSpecStep):
+    name = "deepspec"
+    device = "cpu"
+    tested_versions = (deepspec_env.DEEPSPEC_COMMIT,)
+    known_failures = KNOWN_FAILURES
+    # Contracts whose inputs DeepSpec's own producers never emit: run only with --hardening, never findings.
+    hardening = {
+        "VERIFY-011": "DeepSpec's evaluator samples softmax(logits/T) only: no producer sets a top-k or top-p, which "
+                      "this contract's cases cut by (the temperature-only laws are checked by LOSSLESS-003..006)",
+        "VERIFY-012": "DeepSpec's drafter samples ids from its LM head over the target's vocabulary: no producer emits "
+                      "a draft id >= V",
+    }
+    # --coverage: DeepSpec's DSpark eval and modeling code the levels reach.
+    coverage_modules = ("deepspec.eval.base_evaluator", "deepspec.eval.dspark.draft_ops",
+                        "deepspec.eval.dspark.evaluator", "deepspec.modeling.dspark.markov_head",
+                        "deepspec.modeling.dspark.qwen3.modeling", "deepspec.utils.sampling")
+    capabilities = frozenset({protocol.VERIFY, protocol.VERIFY_DISTRIBUTIONS, protocol.VERIFY_CHAIN, protocol.STEP,
+                              protocol.STEP_SEEDED_SAMPLING})
+
+    def __init__(self, confidence_threshold: float = 0.0):
+        if isinstance(confidence_threshold, bool) or not isinstance(confidence_threshold, (int, float)) \
+                or not 0.0 <= confidence_threshold <= 1.0:
+            raise ValueError(f"confidence_threshold: in [0, 1] (the evaluator's bound), got {confidence_threshold!r}")
+        self.confidence_threshold = float(confidence_threshold)
+        # Every load: one line naming what to set or run, never a fallback (exit 4 through the load-error path).
+        self.version = deepspec_env.import_deepspec()

@@ -1,0 +1,273 @@
+"""Step level on DeepSpec: whole generations through `deepspec.eval.base_evaluator.generate_decoding_sample`, with
+DeepSpec's own DSpark evaluator callbacks (`Qwen3DSparkEvaluator._init_context`, `_propose`, `_update`), as
+`Qwen3DSparkEvaluator.generate_one_sample` passes them.
+
+DeepSpec's decode loop serves one request at a time (batch size 1) and runs it to the end in one call. So a request
+is generated when it is added, with its own seed (`torch.manual_seed` keyed by the engine seed and the request id,
+on a forked generator), and each loop iteration (propose, verify, commit) is one step: `step()` replays the next
+iteration of every live request. The iterations are recorded by thin wrappers around the evaluator's callbacks and
+the target model, reading DeepSpec's own state, never recomputing it:
+  - at each `propose`: the loop's `start` (the committed length; `output_ids[start]` is the pending anchor), the
+    drafter's context length (its KV cache plus the target features not yet in it), and `output_ids` so far;
+  - at each target call: the target KV cache length before the call and the ids fed, so the ids whose keys and
+    values the cache holds at each verify are the ones it kept (its length) of what it was fed;
+  - at `post_verify` (the evaluator's diagnostic hook): the proposal length (a step's verify length is it + 1).
+A step's accepted drafts and added tokens are DeepSpec's reported statistics (`accepted_draft_lengths`,
+`acceptance_lengths`); its emitted tokens are that slice of DeepSpec's returned (trimmed) `output_ids`.
+A request is live while DeepSpec's loop will run another iteration for it.
+
+Mapping of EngineSpec (the machine's knobs; DeepSpec has no scheduler): vocab_size and gamma (the drafter's block)
+build the models (contracts.adapters.deepspec.models); `drafter` picks DeepSpec's Markov head: vanilla, gated, rnn;
+random = no Markov head (the backbone's parallel logits), oracle = no Markov head either (DeepSpec has no drafter
+that reads the target: LOOP-007 and DRAFT-003 are not declared). The confidence head is built with every Markov
+head and runs at the adapter's `confidence_threshold`, 0 by default (the evaluator's default: it never truncates;
+with a threshold on, a static step verifies the confidence-truncated proposal, so LOOP-003's "static verifies all"
+does not hold by design and that configuration is exercised by tests/deepspec, not by `check`); verify_mode must be
+static.
+enable_overlap, sample_from_anchor (DeepSpec always samples the first draft from the anchor row), capture_bs,
+pool_size, max_context_len have no DeepSpec counterpart and change nothing. A request's temperature is DeepSpec's
+only sampling knob: top_k 1 is greedy (temperature 0); another top-k or top-p is not applied (DeepSpec has none;
+the machine families never check a sampled row's law, and DIST-001's top-k/top-p configurations run only under
+step.ragged, which this pack does not declare). Not declared: step.pd-handoff (no PD), step.ragged (no budget
+planner), step.overlap-toggle (no overlap scheduler), step.laws (drafts are multinomial draws, not Gumbel-max with
+observable noise).
+
+Substitutes: the weights-free models (models.py); `target_next_logits` reads a float64 copy of the same target, so
+the laws DIST-001 compares against are the target's own in float64 while DeepSpec decodes in float32.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Optional
+
+import torch
+
+from contracts.adapters.deepspec.models import ModelSpec, build_models
+from contracts.boundary.engine import EngineSpec, RequestSpec, RequestView, StepView
+
+_DRAFTERS = {"vanilla": "vanilla", "gated": "gated", "rnn": "rnn", "random": "none", "oracle": "none"}
+
+
+@dataclass
+class _Iteration:
+    start: int  # committed length the iteration starts from (output_ids[start] is the anchor)
+    anchor: int
+    draft_ctx_len: int
+    target_cache: Optional[list] = None  # the ids whose keys and values the target cache held at this verify
+    proposal_len: Optional[int] = None
+
+
+@dataclass
+class _Request:
+    spec: RequestSpec
+    output: list  # DeepSpec's returned output tokens (prompt excluded)
+    iterations: list
+    acceptance_lengths: list  # DeepSpec's reported statistics, one per round: tokens the round added
+    accepted_draft_lengths: list  # and drafts it accepted
+    done_steps: int = 0
+    aborted: bool = False
+    emitted: int = 1  # the prefill's token
+
+    @property
+    def live(self) -> bool:
+        return not self.aborted and self.done_steps < len(self.iterations)
+
+
+@dataclass
+class _Handle:
+    spec: EngineSpec
+    target: object
+    drafter: object
+    target64: object
+    requests: dict = field(default_factory=dict)
+    logits_memo: dict = field(default_factory=dict)
+
+
+class _RecordingTarget:
+    """The real target; records the KV cache length each call starts from and the ids it is fed."""
+
+    def __init__(self, model, record):
+        self._model, self._record = model, record
+
+    def __call__(self, **kwargs):
+        self._record(kwargs["past_key_values"].get_seq_length(), kwargs["input_ids"][0].tolist())
+        return self._model(**kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+
+def _request_seed(engine_seed: int, rid: int) -> int:
+    return (int(engine_seed) * 1_000_003 + int(rid) * 7919 + 17) & 0x7FFFFFFF
+
+
+class DeepSpecStep:
+    # The evaluator's --confidence_threshold: 0 (its default) never truncates a proposal; the adapter's constructor
+    # sets another (tests/deepspec run DIST-001 and the loop contracts with it on).
+    confidence_threshold = 0.0
+
+    def _models(self, spec: EngineSpec):
+        cache = self.__dict__.setdefault("_model_cache", {})
+        key = (spec.vocab_size, spec.gamma, _DRAFTERS[spec.drafter], spec.model_seed)
+        if key not in cache:
+            mspec = ModelSpec(spec.vocab_size, spec.gamma, _DRAFTERS[spec.drafter], confidence_head=True,
+                              model_seed=spec.model_seed)
+            target, drafter = build_models(mspec)
+            cache[key] = (target, drafter, copy.deepcopy(target).to(torch.float64))
+            while len(cache) > 8:
+                cache.pop(next(iter(cache)))
+        return cache[key]
+
+    def new_engine(self, spec: EngineSpec) -> _Handle:
+        if not isinstance(spec, EngineSpec):
+            raise TypeError(f"spec: an EngineSpec, got {type(spec).__name__}")
+        if spec.verify_mode != "static":
+            raise ValueError(f"verify_mode: DeepSpec verifies every proposed draft (no budget planner), so only "
+                             f"'static'; got {spec.verify_mode!r}")
+        if spec.drafter not in _DRAFTERS:
+            raise ValueError(f"drafter: one of {sorted(_DRAFTERS)}, got {spec.drafter!r}")
+        if not isinstance(spec.vocab_size, int) or spec.vocab_size < 2:
+            raise ValueError(f"vocab_size: at least 2, got {spec.vocab_size!r}")
+        if not isinstance(spec.gamma, int) or spec.gamma < 1:
+            raise ValueError(f"gamma: the drafter's block, at least 1, got {spec.gamma!r}")
+        target, drafter, target64 = self._models(spec)
+        return _Handle(spec, target, drafter, target64)
+
+    def _check_request(self, handle: _Handle, r: RequestSpec) -> None:
+        if not isinstance(r, RequestSpec):
+            raise TypeError(f"requests: RequestSpec items, got {type(r).__name__}")
+        v = handle.spec.vocab_size
+        if r.rid in handle.requests:
+            raise ValueError(f"rid: request {r.rid} was already added")
+        if not r.prompt or any(not isinstance(t, int) or not 0 <= t < v for t in r.prompt):
+            raise ValueError(f"prompt: 1+ token ids in [0, {v}), got {r.prompt!r}")
+        if not isinstance(r.max_new_tokens, int) or r.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens: at least 1, got {r.max_new_tokens!r}")
+        if r.temperature < 0:
+            raise ValueError(f"temperature: >= 0, got {r.temperature!r}")
+        if r.eos_id is not None and not 0 <= r.eos_id < v:
+            raise ValueError(f"eos_id: a token id in [0, {v}) or None, got {r.eos_id!r}")
+
+    def _generate(self, handle: _Handle, r: RequestSpec) -> _Request:
+        from deepspec.eval.base_evaluator import generate_decoding_sample
+        from deepspec.eval.dspark.evaluator import Qwen3DSparkEvaluator
+
+        temperature = 0.0 if r.greedy else float(r.temperature)
+        # The evaluator as its own generate_one_sample runs it: its models, its args, its callbacks (no recorder:
+        # the calibration recorder only collects metrics).
+        ev = object.__new__(Qwen3DSparkEvaluator)
+        ev.target_model, ev.draft_model = handle.target, handle.drafter
+        ev.args = SimpleNamespace(temperature=temperature, confidence_threshold=float(self.confidence_threshold),
+                                  max_new_tokens=r.max_new_tokens)
+        ev.confidence_head_recorder = None
+        iterations: list = []
+
+        def propose(*, context, output_ids, position_ids, start, stop_token_ids=None):
+            ctx = context.past_key_values_draft.get_seq_length() + context.target_hidden_states.shape[1]
+            iterations.append(_Iteration(int(start), int(output_ids[0, start]), int(ctx)))
+            return ev._propose(context=context, output_ids=output_ids, position_ids=position_ids, start=start,
+                               stop_token_ids=stop_token_ids)
+
+        fed: list = []  # the ids the target cache holds, in position order: what each call kept, then what it fed
+
+        def on_target(cache_len, input_ids):
+            if iterations:  # the prefill call has no iteration yet
+                iterations[-1].target_cache = fed[:cache_len]
+            fed[cache_len:] = input_ids
+
+        def post_verify(proposal, verification):
+            iterations[-1].proposal_len = int(proposal.draft_token_count)
+
+        prompt = torch.tensor([list(r.prompt)], dtype=torch.int64)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(_request_seed(handle.spec.seed, r.rid))
+            out = generate_decoding_sample(
+                target_model=_RecordingTarget(handle.target, on_target), input_ids=prompt,
+                max_new_tokens=r.max_new_tokens, max_proposal_tokens=ev.max_proposal_tokens, temperature=temperature,
+                stop_token_ids=None if r.eos_id is None else [int(r.eos_id)], init_context=ev._init_context,
+                propose=propose, update=ev._update, post_verify=post_verify)
+        output = out.output_ids[0, out.num_input_tokens:].tolist()
+        return _Request(r, output, iterations, list(out.acceptance_lengths), list(out.accepted_draft_lengths))
+
+    def add_requests(self, handle: _Handle, requests, via: str) -> None:
+        if via != "local":
+            raise ValueError(f"via: DeepSpec has no PD handoff, only 'local' prefill; got {via!r}")
+        requests = list(requests)
+        for r in requests:
+            self._check_request(handle, r)
+        if len({r.rid for r in requests}) != len(requests):
+            raise ValueError("rid: duplicate request ids in one call")
+        for r in requests:
+            handle.requests[r.rid] = self._generate(handle, r)
+
+    def step(self, handle: _Handle) -> StepView:
+        view = StepView([], [], [], [], None, [], [], [], [], [], [])
+        for rid, req in handle.requests.items():
+            if not req.live:
+                continue
+            i = req.done_steps
+            it = req.iterations[i]
+            n_in = len(req.spec.prompt)
+            # DeepSpec's reported statistics for the round: the drafts it accepted and the tokens it added (the
+            # accepted drafts and the bonus; no bonus after an accepted stop token). The emitted tokens are those
+            # positions of DeepSpec's returned output (trimmed at max_new_tokens and the stop token), so a statistic
+            # that disagrees with the output shows in the bookkeeping contracts.
+            accepted = req.accepted_draft_lengths[i]
+            commit = accepted + 1
+            upto = it.start + req.acceptance_lengths[i] + 1 - n_in
+            emitted = req.output[it.start + 1 - n_in: max(upto, it.start + 1 - n_in)]
+            req.done_steps += 1
+            req.emitted += len(emitted)
+            nxt = req.iterations[i + 1].start if i + 1 < len(req.iterations) else it.start + commit
+            view.rids.append(rid)
+            view.seq_lens.append(it.start)
+            view.verify_lens.append(it.proposal_len + 1)
+            view.planned.append(False)
+            view.correct_lens.append(accepted)
+            view.cap_trim.append(0)
+            view.commit_lens.append(commit)
+            view.new_seq_lens.append(nxt)
+            view.emitted.append(list(emitted))
+            if not req.live:
+                view.finished.append(rid)
+        return view
+
+    def abort(self, handle: _Handle, rid: int) -> None:
+        req = handle.requests.get(rid)
+        if req is None:
+            raise ValueError(f"rid: no request {rid!r} in this engine")
+        if req.live:
+            req.aborted = True
+
+    def set_overlap(self, handle: _Handle, on: bool) -> None:
+        raise ValueError("on: DeepSpec has no overlap scheduler (step.overlap-toggle is not declared)")
+
+    def overlap_budget_lag(self, handle: _Handle) -> int:
+        return 0  # no budget planner: no step ever waits for a resolved budget
+
+    def request_views(self, handle: _Handle) -> list:
+        views = []
+        for rid, req in handle.requests.items():
+            out = req.output[: req.emitted]
+            if req.live:
+                it = req.iterations[req.done_steps]
+                views.append(RequestView(rid, req.spec.prompt, out, True, None, it.start, it.anchor, it.target_cache,
+                                         it.draft_ctx_len))
+            else:
+                reason = "abort" if req.aborted else (
+                    "stop" if req.spec.eos_id is not None and out and out[-1] == req.spec.eos_id else "length")
+                views.append(RequestView(rid, req.spec.prompt, out, False, reason))
+        return views
+
+    def target_next_logits(self, handle: _Handle, sequence) -> torch.Tensor:
+        """The target's logits after `sequence`, from a float64 copy of the same weights (memoised per handle)."""
+        key = tuple(int(t) for t in sequence)
+        if not key:
+            raise ValueError("sequence: at least one token")
+        if key not in handle.logits_memo:
+            with torch.no_grad():
+                handle.logits_memo[key] = handle.target64(input_ids=torch.tensor([key])).logits[0, -1].clone()
+        return handle.logits_memo[key]

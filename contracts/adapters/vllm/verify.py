@@ -15,6 +15,10 @@ output (it only accepts results of this adapter's own accept calls) and pads the
 new sequence length is the scheduler's rollback of `Scheduler.update_from_output` (num_computed_tokens advanced
 by the scheduled 1 + n tokens, minus the rejected n - accepted), done by the adapter (hides: a bug in that
 rollback).
+
+Beyond the boundary (pack extensions, tests/vllm/test_mixed_steps.py): `mixed_block` verifies greedy and sampled
+requests in one batch (greedy_mask), and `consecutive_blocks` verifies the same requests over consecutive steps in one
+persistent InputBatch, so each seeded request's generator carries on as the model runner keeps it.
 """
 
 from __future__ import annotations
@@ -27,8 +31,13 @@ from contracts.boundary.verify import AcceptDistributions, AcceptResult, CommitR
 from contracts.patching import patched
 
 
-def _settings(inputs: VerifyInputs, greedy: bool):
-    return [(0.0, 0, 1.0)] * inputs.bs if greedy else inputs.sampling_settings()
+def _settings(inputs: VerifyInputs, greedy):
+    """Per row (temperature, top_k, top_p): `greedy` True (all rows greedy), False (none) or a [bs] bool mask."""
+    if greedy is True:
+        return [(0.0, 0, 1.0)] * inputs.bs
+    if greedy is False:
+        return inputs.sampling_settings()
+    return [(0.0, 0, 1.0) if bool(g) else s for g, s in zip(greedy.tolist(), inputs.sampling_settings())]
 
 
 class _Recording:
@@ -54,8 +63,10 @@ class VLLMVerify:
         while len(outputs) > self._KEEP:
             outputs.pop(next(iter(outputs)))
 
-    def _step(self, inputs: VerifyInputs, *, greedy: bool, seed: int = 0, capped: bool = True):
-        """One RejectionSampler call; returns vLLM's sampled_token_ids and the drafts scheduled per row."""
+    def _step(self, inputs: VerifyInputs, *, greedy, seed: int = 0, capped: bool = True, batch=None):
+        """One RejectionSampler call; returns vLLM's sampled_token_ids and the drafts scheduled per row. `batch`: an
+        InputBatch of earlier steps of the same requests (its per-request generators carried on, as the model runner
+        keeps them in its persistent batch); None: a new one."""
         runtime.prepare()
         bs, width = inputs.candidates.shape
         gamma, vocab = width - 1, inputs.vocab
@@ -64,7 +75,10 @@ class VLLMVerify:
         lens = inputs.lens() if capped else torch.full((bs,), width, dtype=torch.int64)
         n = (lens - 1).numpy().astype(np.int32)
         cand = inputs.candidates.to(torch.int64)
-        batch = runtime.input_batch(_settings(inputs, greedy), cand[:, 0].tolist(), gamma, vocab, seed)
+        if batch is None:
+            batch = runtime.input_batch(_settings(inputs, greedy), cand[:, 0].tolist(), gamma, vocab, seed)
+        elif batch.num_reqs != bs:
+            raise ValueError(f"inputs: a later step of the same requests needs {batch.num_reqs} rows, got {bs}")
         scheduled = torch.cat([cand[i, : n[i] + 1] for i in range(bs)]).to(torch.int32)  # anchor + drafts per request
         q = None if inputs.draft_probs is None else inputs.draft_probs.to(torch.float32).contiguous()
         view, runner = runtime.runner_view(batch, scheduled, q)
@@ -78,10 +92,10 @@ class VLLMVerify:
             out = sampler.sampler(logits=logits, sampling_metadata=batch.sampling_metadata)
         return out.sampled_token_ids.clone(), n
 
-    def _accept(self, inputs: VerifyInputs, *, greedy: bool, seed: int = 0) -> AcceptResult:
+    def _accept(self, inputs: VerifyInputs, *, greedy, seed: int = 0, batch=None) -> AcceptResult:
         from vllm.v1.sample.rejection_sampler import RejectionSampler
 
-        sampled, n = self._step(inputs, greedy=greedy, seed=seed)
+        sampled, n = self._step(inputs, greedy=greedy, seed=seed, batch=batch)
         emitted, _ = RejectionSampler.parse_output(sampled, inputs.vocab)
         correct = torch.tensor([len(row) - 1 for row in emitted], dtype=torch.int64)
         bonus = torch.tensor([row[-1] if row else -1 for row in emitted], dtype=torch.int64)
@@ -95,6 +109,25 @@ class VLLMVerify:
     def sample_block(self, inputs: VerifyInputs, seed: int) -> AcceptResult:
         """Sampled rows with vLLM's own randomness: each request seeded from (seed, row)."""
         return self._accept(inputs, greedy=False, seed=seed)
+
+    def mixed_block(self, inputs: VerifyInputs, seed: int) -> AcceptResult:
+        """Pack extension (no contract reads it yet): greedy rows (greedy_mask, temperature 0) and sampled rows in one
+        batch, as vLLM batches them (tests/vllm/test_mixed_steps.py checks it against the single-kind calls)."""
+        return self._accept(inputs, greedy=inputs.greedy_mask.to(torch.bool), seed=seed)
+
+    def consecutive_blocks(self, steps, seed: int) -> list:
+        """Pack extension: the same requests verified over consecutive steps, one `VerifyInputs` per step (same bs;
+        greedy_mask and sampling settings from the first), in ONE persistent InputBatch, so each seeded request's
+        generator carries on from step to step as in the model runner. Returns one AcceptResult per step."""
+        steps = list(steps)
+        if not steps:
+            raise ValueError("steps: expected at least one VerifyInputs")
+        first = steps[0]
+        runtime.prepare()
+        cand = first.candidates.to(torch.int64)
+        batch = runtime.input_batch(_settings(first, first.greedy_mask.to(torch.bool)), cand[:, 0].tolist(),
+                                    first.gamma, first.vocab, seed)
+        return [self._accept(inputs, greedy=None, seed=seed, batch=batch) for inputs in steps]
 
     def finalize(self, inputs: VerifyInputs, accept: AcceptResult) -> CommitResult:
         found = self.__dict__.get("_outputs", {}).get(id(accept))

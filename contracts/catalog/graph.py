@@ -13,10 +13,17 @@ from contracts import oracle
 from contracts.checks import expect, expect_equal
 from contracts.protocol import GRAPH
 from contracts.registry import contract
+from contracts.boundary.graph import GraphCase
 from contracts.strategies.graph import graph_cases
 
 
 GRAPH_MAX_BS = 64  # the largest default size asked of the engine: the cases' pools stay below 80
+
+
+# The seed bug's class: under DP a graph size taken from token counts (requests x width) instead of request counts
+# refuses or over-pads a batch that fits (3 requests of 4 tokens fit the size-8 graph; 12 tokens do not).
+DP_TOKENS_VS_REQUESTS = GraphCase(capture_bs=(1, 2, 4, 8), max_running_requests=8, gamma=3, sample_from_anchor=False,
+                                  runner="target", local_bs=2, batch_width=4, rank_counts=(2, 3), can_run_vote=True)
 
 
 def _cases(*, engine):
@@ -48,7 +55,7 @@ def captured_sizes(engine, case):
 @contract("GRAPH-002", "an admitted batch replays the smallest captured size >= the largest per-rank raw request count "
           "(the local count without DP, or for a DP-local dense draft): never fewer slots than live requests, "
           "slots x width tokens",
-          requires={GRAPH}, cases=_cases)
+          requires={GRAPH}, cases=_cases, examples=(DP_TOKENS_VS_REQUESTS,))
 def smallest_bucket_that_fits(engine, case):
     obs = _observe(engine, case)
     if not obs.admitted:
@@ -65,7 +72,7 @@ def smallest_bucket_that_fits(engine, case):
 
 @contract("GRAPH-003", "a batch is admitted exactly when a captured graph holds it: its raw size fits the largest "
           "captured size, its per-request width is the captured width, and under DP every rank voted for graphs",
-          requires={GRAPH}, cases=_cases)
+          requires={GRAPH}, cases=_cases, examples=(DP_TOKENS_VS_REQUESTS,))
 def admitted_iff_geometry_holds(engine, case):
     obs = _observe(engine, case)
     holds = (_raw(case) <= max(obs.captured_bs) and case.batch_width == obs.captured_width

@@ -21,6 +21,15 @@ DOCUMENTED = {
     "vllm meta-tests": ("docs/engines/vllm.md", ["-q -p no:cacheprovider tests/vllm"]),
     "sglang findings": ("findings/README.md", ["bash findings/run_all.sh sglang"]),
     "vllm findings": ("findings/README.md", ["bash findings/run_all.sh vllm"]),
+    "deepspec venv": ("docs/engines/deepspec.md", ["python -m venv", "torch==2.13.0", ".[test]"]),
+    "deepspec install": ("docs/engines/deepspec.md", ["bash scripts/install_deepspec.sh"]),
+    "deepspec check": ("docs/engines/deepspec.md", ["check --engine deepspec"]),
+    "deepspec meta-tests": ("docs/engines/deepspec.md", ["-q -p no:cacheprovider tests/deepspec"]),
+    "deepspec findings": ("findings/README.md", ["bash findings/run_all.sh deepspec"]),
+    "vllm-dspark venv": ("docs/engines/vllm-dspark.md", ["python -m venv", "torch==2.13.0", ".[test]"]),
+    "vllm-dspark install": ("docs/engines/vllm-dspark.md", ["bash scripts/install_vllm_dspark.sh"]),
+    "vllm-dspark check": ("docs/engines/vllm-dspark.md", ["check --engine vllm-dspark --contract DPPAD-001"]),
+    "vllm-dspark meta-tests": ("docs/engines/vllm-dspark.md", ["-q -p no:cacheprovider tests/vllm_dspark"]),
 }
 QUICK_START = ("main job", "tests")
 

@@ -115,23 +115,6 @@ def prepare_vllm_dspark_import() -> None:
     current_platform.is_pin_memory_available = lambda: False
     if not current_platform.device_type:  # the unspecified platform names no device; its buffers go on the CPU
         current_platform.device_type = "cpu"
-    # The interpreter's masked store refuses a mask that is not bool, and its `&` of a bool block with a bool
-    # scalar loaded from memory comes out int32 (gumbel_block_argmax's cache store: `mask & is_valid_req`); the
-    # compiled kernel reads an int1 mask either way. Nonzero is true, as there.
-    from triton.runtime import interpreter
-
-    builder = interpreter.InterpreterBuilder
-    if not getattr(builder.create_masked_store, "_dspark_bool_mask", False):
-        real_store = builder.create_masked_store
-
-        def create_masked_store(self, ptrs, value, mask, cache_policy):
-            if mask.data.dtype != bool:
-                mask = interpreter.TensorHandle(mask.data != 0, mask.dtype)
-            return real_store(self, ptrs, value, mask, cache_policy)
-
-        create_masked_store._dspark_bool_mask = True
-        builder.create_masked_store = create_masked_store
-
     # The top-k/top-p Triton kernels size their persistent grid by the device's SM count, which the unspecified
     # platform does not know: report an H100/H200's 132 SMs, the GPUs this code path is tuned for.
     current_platform.num_compute_units = lambda device_id=0: 132

@@ -135,6 +135,12 @@ def _validate(args) -> None:
             raise ValueError(missing)
         if args.workers not in (None, "1"):  # coverage follows one process and its rank processes, not xdist's
             raise ValueError("--coverage: measures one process and the rank processes it starts; drop -n")
+    if args.coverage_baseline is not None:
+        from contracts import reach
+
+        if not args.coverage:
+            raise ValueError("--coverage-baseline: compares a --coverage run with an earlier one; add --coverage")
+        args.baseline_lines = reach.read_baseline(args.coverage_baseline)
     args.no_gpu = None
     try:  # the device (and CUDA) without the engine
         validation.placement(args.device, args.backend, pack=None)
@@ -349,7 +355,7 @@ def _check_with_coverage(args) -> int:
                      "installed engine", ENGINE_ERROR)
     with tempfile.TemporaryDirectory(prefix="dspark-contracts-coverage-") as tmp:
         run_json, page = os.path.join(tmp, "run.json"), os.path.join(tmp, "page.html")
-        argv = _without(args.argv, "--coverage", "--json", "--html") + ["--json", run_json]
+        argv = _without(args.argv, "--coverage", "--coverage-baseline", "--json", "--html") + ["--json", run_json]
         argv += ["--html", page] if args.html else []  # the child adds the step pictures the page shows
         env = {**os.environ, _MEASURED_CHILD: "1"}
         with reach.measured_child(modules, tmp) as run:
@@ -360,7 +366,11 @@ def _check_with_coverage(args) -> int:
         with open(run_json) as f:
             data = json.load(f)
     data["coverage"] = [r.as_dict() for r in run.rows]
+    data["coverage_lines"] = run.lines
     _out(f"\ncoverage of {spec}'s DSpark code (statements, branches):\n{reach.table(run.rows)}")
+    if args.coverage_baseline is not None:
+        data["coverage_new"] = reach.newly_covered(run.lines, args.baseline_lines)
+        _out(f"against {args.coverage_baseline}: {reach.new_lines_table(data['coverage_new'])}")
     return _write_reports(args, data, code)
 
 
@@ -484,6 +494,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--hardening", action="store_true",
                        help="also run the contracts that are hardening on this engine: inputs its own producers never "
                             "emit (listed apart, never findings; without the flag they are listed, not run)")
+    check.add_argument("--coverage-baseline", metavar="JSON",
+                       help="with --coverage: the --json of an earlier --coverage run; report the engine lines this "
+                            "run covers that it did not (e.g. a nightly run against CI's)")
     check.add_argument("--coverage", action="store_true",
                        help="measure statement and branch coverage of the engine's DSpark code (the modules its pack "
                             "declares), rank processes included; needs coverage.py (pip install coverage)")

@@ -90,6 +90,7 @@ class MeasuredRun:
         self.modules, self.folder = tuple(modules), folder
         self.rc = _rcfile([f for fs in self.files.values() for f in fs], folder)
         self.rows: List[ModuleReach] = []
+        self.lines: dict = {}  # {file, relative to its install root: [executed line numbers]}
 
     def __call__(self, command: Sequence[str], **kwargs) -> int:
         import subprocess
@@ -107,9 +108,12 @@ class MeasuredRun:
         try:
             cov.json_report(morfs=every, outfile=report)
             with open(report) as f:
-                files = {os.path.realpath(k): v["summary"] for k, v in json.load(f)["files"].items()}
+                measured = {os.path.realpath(k): v for k, v in json.load(f)["files"].items()}
         except coverage.exceptions.NoDataError:
-            files = {}
+            measured = {}
+        files = {k: v["summary"] for k, v in measured.items()}
+        self.lines = {_relative(k, m): sorted(v["executed_lines"]) for m, fs in self.files.items() for k in fs
+                      if (v := measured.get(k)) and v["executed_lines"]}
         self.rows = [_row(m, [files[f] for f in self.files[m] if f in files]) for m in self.modules]
 
 
@@ -119,6 +123,62 @@ def measured_child(modules: Sequence[str], folder: str) -> Iterator[MeasuredRun]
     run = MeasuredRun(modules, folder)
     yield run
     run.collect()
+
+
+def _relative(path: str, module: str) -> str:
+    """`sglang/srt/...py`: a file of `module` relative to the folder its top-level package is installed in."""
+    top = module.split(".")[0]
+    parts = path.split(os.sep)
+    return "/".join(parts[len(parts) - 1 - parts[::-1].index(top):]) if top in parts else path
+
+
+def read_baseline(path: str) -> dict:
+    """`--coverage-baseline`: the executed lines of an earlier `check --coverage --json` run."""
+    try:
+        with open(path) as f:
+            lines = json.load(f)["coverage_lines"]
+    except FileNotFoundError:
+        raise ValueError(f"--coverage-baseline: no such file {path!r}") from None
+    except (ValueError, KeyError, TypeError):
+        raise ValueError(f"--coverage-baseline: {path!r} is not the --json of a `check --coverage` run "
+                         "(no coverage_lines)") from None
+    if not isinstance(lines, dict):
+        raise ValueError(f"--coverage-baseline: {path!r}: coverage_lines is not a mapping of file -> lines")
+    return lines
+
+
+def newly_covered(lines: dict, baseline: dict) -> dict:
+    """{file: [lines this run executed that the baseline did not]}, files with none left out."""
+    out = {}
+    for f, now in lines.items():
+        new = sorted(set(now) - set(baseline.get(f, ())))
+        if new:
+            out[f] = new
+    return out
+
+
+def _ranges(numbers) -> str:
+    spans, start, prev = [], None, None
+    for n in numbers:
+        if start is None:
+            start = prev = n
+        elif n == prev + 1:
+            prev = n
+        else:
+            spans.append((start, prev))
+            start = prev = n
+    if start is not None:
+        spans.append((start, prev))
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def new_lines_table(new: dict, most: int = 20) -> str:
+    total = sum(len(v) for v in new.values())
+    head = f"{total} line(s) newly covered in {len(new)} file(s)"
+    rows = sorted(new.items(), key=lambda kv: -len(kv[1]))
+    body = [f"  {f}: {_ranges(v)}" for f, v in rows[:most]]
+    more = [f"  ... {len(rows) - most} more file(s) in the JSON (coverage_new)"] if len(rows) > most else []
+    return "\n".join([head, *body, *more])
 
 
 def _row(module: str, summaries: list) -> ModuleReach:

@@ -7,6 +7,7 @@ import hashlib
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import seed as hypothesis_seed
+from hypothesis import target
 from hypothesis.database import ExampleDatabase
 from hypothesis.errors import FlakyFailure, UnsatisfiedAssumption
 
@@ -120,6 +121,9 @@ def _run_contract(contract: Contract, engine, profile, seed, settings_overrides)
 
     def run(case):
         _call(contract, engine, case)
+        # Cases that know their distance to the engine's limits steer Hypothesis' target phase to the edges.
+        for label, distance in getattr(case, "limit_distances", dict)().items():
+            target(-float(distance), label=label)
 
     base = settings.default if profile is None else settings.get_profile(profile)
     overrides = {"report_multiple_bugs": False, **settings_overrides}

@@ -30,6 +30,13 @@ class GraphCase:
         """Whether the runner's forward joins the DP collectives, so every rank must replay one size."""
         return self.rank_counts is not None and (self.runner == "target" or self.draft_is_moe)
 
+    def limit_distances(self) -> dict:
+        """How far the live batch is from where admission and padding change (Hypothesis `target()` steers the
+        nightly run toward 0): the nearest captured size, and one past the largest."""
+        sizes = [c for c in self.capture_bs if c <= self.max_running_requests] or [self.max_running_requests]
+        return {"bs to the nearest captured size": min(abs(self.local_bs - c) for c in sizes),
+                "bs to one past the largest size": abs(self.local_bs - max(sizes) - 1)}
+
     @property
     def runner_width(self) -> int:
         """Tokens per request slot of the runner's graphs, by the algorithm's definition."""

@@ -60,3 +60,43 @@ def test_coverage_modules_that_do_not_exist_are_named_exit_4(tmp_path, monkeypat
     err = capsys.readouterr().err
     assert err.splitlines() == ["dspark-contracts: engine 'odd_pack:Odd': its pack's coverage_modules "
                                 "dspark.no_such_module do not exist in the installed engine"], err
+
+
+def test_a_baseline_names_the_lines_this_run_newly_covered(tmp_path, capsys):
+    """Against a run of one contract, a run of another reports exactly the engine lines the first did not execute."""
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    assert main(["check", "--coverage", "--contract", "PLAN-001", "--json", str(first)]) == 0
+    base = json.loads(first.read_text())["coverage_lines"]
+    assert base and all(f.startswith("dspark/") for f in base)
+    capsys.readouterr()
+    assert main(["check", "--coverage", "--contract", "RANKS-001", "--coverage-baseline", str(first),
+                 "--json", str(second)]) == 0
+    data = json.loads(second.read_text())
+    new = data["coverage_new"]
+    assert new == reach.newly_covered(data["coverage_lines"], base)
+    assert any(f == "dspark/dp_runner.py" for f in new)  # only RANKS-001 runs the DP rank program
+    assert all(not set(lines) & set(base.get(f, ())) for f, lines in new.items())
+    assert "newly covered" in capsys.readouterr().out
+
+
+def test_newly_covered_and_its_table():
+    new = reach.newly_covered({"a.py": [1, 2, 3, 7], "b.py": [4]}, {"a.py": [2], "b.py": [4]})
+    assert new == {"a.py": [1, 3, 7]}
+    assert reach.new_lines_table(new) == "3 line(s) newly covered in 1 file(s)\n  a.py: 1, 3, 7"
+    assert reach._ranges([1, 2, 3, 5, 8, 9]) == "1-3, 5, 8-9"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--coverage-baseline", "x.json"], "--coverage-baseline: compares a --coverage run with an earlier one; add --coverage"),
+    (["--coverage", "--coverage-baseline", "/no/such.json"], "--coverage-baseline: no such file '/no/such.json'"),
+])
+def test_a_bad_baseline_is_one_line_exit_2(argv, message, capsys):
+    assert main(["check", *argv]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"dspark-contracts: {message}"]
+
+
+def test_a_baseline_without_coverage_lines_is_refused(tmp_path, capsys):
+    other = tmp_path / "plain.json"
+    other.write_text(json.dumps({"runs": []}))
+    assert main(["check", "--coverage", "--coverage-baseline", str(other)]) == 2
+    assert "is not the --json of a `check --coverage` run" in capsys.readouterr().err

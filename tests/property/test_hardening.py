@@ -47,3 +47,34 @@ def test_hardening_runs_with_the_flag_and_its_failure_fails(tmp_path, monkeypatc
     assert code == 1
     row = {r["id"]: r for r in data["contracts"]}["SCALE-001"]
     assert row["result"] == "failed" and row["hardening"], row
+
+
+_LEDGERED = _PACK + '''
+from contracts.ledger import Finding, KnownFailure
+
+
+def _unrelated_fix(mp):  # a finding's correction elsewhere in the engine: it does not touch count scaling
+    pass
+
+
+class Ledgered(Hardened):
+    name = "ledgered"
+    known_failures = (
+        KnownFailure("ledgered", ">=0", "SCALE-001", r"", "evidence: the engine scales counts one too high"),
+        KnownFailure("ledgered", ">=0", "PLAN-002", r"", "evidence: an unrelated finding",
+                     finding=Finding("not found (searched: nothing)", "x.py:1", "wasted work", "findings/x/y.py",
+                                     correction=_unrelated_fix)),
+    )
+'''
+
+
+def test_a_ledgered_hardening_failure_is_known_not_blamed_on_the_corrections(tmp_path, monkeypatch):
+    """With --hardening, a hardening contract the ledger records fails as known: it has no correction to check, so
+    the other findings' corrections are not re-run against it (they would leave it failing and call that new)."""
+    (tmp_path / "ledgered_pack.py").write_text(_LEDGERED)  # its own module name: hardened_pack may be imported already
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "run.json"
+    code = main(["check", "--engine", "ledgered_pack:Ledgered", "--contract", "SCALE-001", "--hardening",
+                 "--json", str(out)])
+    row = {r["id"]: r for r in json.loads(out.read_text())["contracts"]}["SCALE-001"]
+    assert (code, row["result"]) == (0, "known-failure"), row

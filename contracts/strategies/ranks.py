@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 from hypothesis import strategies as st
 
+from contracts.boundary.dp import DpPaddingCase, DpPaddingRank, DpPaddingRun
 from contracts.boundary.ranks import RankRunFailure, RankScenario, TpRun, TpScenario
 from contracts.launcher import DEFAULT_STARTUP_TIMEOUT_S, RankFailure, launch
 
@@ -95,3 +96,19 @@ def run_tp(scenario: TpScenario, program, backend: str = "gloo", startup_timeout
     except RankFailure as e:
         return TpRun(scenario, (), RankRunFailure.of(e))
     return TpRun(scenario, tuple(obs[0] for obs in result.observations), None)
+
+
+def run_dp_padding(case: DpPaddingCase, program) -> DpPaddingRun:
+    """`program(rank, case, comm)` on `case.world_size` gloo rank processes, one observation (a DpPaddingRank's
+    fields) per rank and step; a rank failure is the run's `failure`, not an exception."""
+    import time
+
+    t0 = time.monotonic()
+    try:
+        observations, failure = launch(program, case, case.world_size, steps=len(case.steps),
+                                       backend="gloo").observations, None
+    except RankFailure as e:
+        observations, failure = (), f"rank {e.rank} failed ({e.kind}): {e}"
+    ranks = tuple(tuple(DpPaddingRank(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in o.items()})
+                        for o in per_rank) for per_rank in observations)
+    return DpPaddingRun(case, ranks, failure, time.monotonic() - t0)

@@ -29,10 +29,8 @@ Substituted (what it can hide):
 
 from __future__ import annotations
 
-import time
-
-from contracts.boundary.dp import DpPaddingCase, DpPaddingRank, DpPaddingRun
-from contracts.launcher import RankFailure, launch
+from contracts.boundary.dp import DpPaddingCase, DpPaddingRun
+from contracts.strategies.ranks import run_dp_padding
 
 
 class VLLMDSparkDpPaddingProgram:
@@ -138,16 +136,6 @@ class VLLMDSparkDpPadding:
         if key not in _RUNS:
             if len(_RUNS) > 64:
                 _RUNS.clear()
-            _RUNS[key] = self._run(case)
+            _RUNS[key] = run_dp_padding(case, VLLMDSparkDpPaddingProgram)
         return _RUNS[key]
 
-    def _run(self, case: DpPaddingCase) -> DpPaddingRun:
-        t0 = time.monotonic()
-        try:
-            observations, failure = launch(VLLMDSparkDpPaddingProgram, case, case.world_size, steps=len(case.steps),
-                                           backend="gloo").observations, None
-        except RankFailure as e:
-            observations, failure = (), f"rank {e.rank} failed ({e.kind}): {e}"
-        ranks = tuple(tuple(DpPaddingRank(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in o.items()})
-                            for o in per_rank) for per_rank in observations)
-        return DpPaddingRun(case, ranks, failure, time.monotonic() - t0)

@@ -124,7 +124,9 @@ def _build_program(rank: int, plan: RankPlan, program: "ProgramRef", payload, co
     built = program.resolve()(rank, payload, comm)
     comm.mark(READY)
     store.set(f"built/{rank}", "1")
-    store.wait([f"built/{r}" for r in range(plan.world_size)], timedelta(seconds=plan.startup_timeout_s))
+    # Twice the startup timeout: the parent's watchdog (startup_timeout_s from the launch) must be the one to call a
+    # slow build, or a waiting peer's own timeout would race it and be reported instead. This is only a backstop.
+    store.wait([f"built/{r}" for r in range(plan.world_size)], timedelta(seconds=2 * plan.startup_timeout_s))
     return built
 
 

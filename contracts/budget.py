@@ -1,7 +1,11 @@
 """Per-engine example shares: the fraction of the profile's examples a contract runs on an engine whose path for
 it is slow (SGLang's interpreted Triton, its scheduler's steps). A pack declares them as `example_shares`
 ({contract id: share in (0, 1]}); the share scales the profile, so `ci` runs fewer examples and `nightly` still
-runs its full depth times the share. Declared shares are listed in the pack's docs page."""
+runs its full depth times the share. Declared shares are listed in the pack's docs page.
+
+The running contract's Hypothesis profile travels the same way: a contract run with an explicit profile (the
+negative controls run at `ci`) has the budgets computed inside it (the decode-loop machine) read that profile,
+not whichever one the process loaded."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 
 _SHARE: ContextVar[float] = ContextVar("example_share", default=1.0)
+_PROFILE: ContextVar[str | None] = ContextVar("hypothesis_profile", default=None)
 
 
 def shares(engine) -> dict:
@@ -31,13 +36,24 @@ def check_shares(engine, known_ids) -> None:
 
 
 @contextmanager
-def share_of(engine, contract_id: str):
-    """While a contract runs: its share on this engine, for the budgets computed inside (the decode-loop machine)."""
+def share_of(engine, contract_id: str, profile: str | None = None):
+    """While a contract runs: its share on this engine and its profile (None: the loaded one), for the budgets
+    computed inside (the decode-loop machine)."""
     token = _SHARE.set(float(shares(engine).get(contract_id, 1.0)))
+    ptoken = _PROFILE.set(profile)
     try:
         yield
     finally:
+        _PROFILE.reset(ptoken)
         _SHARE.reset(token)
+
+
+def base_settings():
+    """The running contract's Hypothesis settings: its profile's, else the loaded default."""
+    from hypothesis import settings
+
+    name = _PROFILE.get()
+    return settings.default if name is None else settings.get_profile(name)
 
 
 def scaled(max_examples: int) -> int:

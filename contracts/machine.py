@@ -342,11 +342,12 @@ def run_decode_loop(engine, families=FAMILIES, *, specs=None, max_examples=25, s
     if specs is None:
         with single_thread():
             run_pinned_program(machine)
-    limit = budget.scaled(min(max_examples, settings.default.max_examples))  # the engine's share, if it declares one
+    base = budget.base_settings()  # the run's profile: `ci` for a negative control, whatever this process loaded
+    limit = budget.scaled(min(max_examples, base.max_examples))  # the engine's share, if it declares one
     # No explain phase: its coverage-traced replays cost more than the shrinking, and the step program says enough.
     phases = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink)
     seed = _SEEDED[-1][0] if _SEEDED else None
-    config = settings(max_examples=limit, stateful_step_count=steps, deadline=None, report_multiple_bugs=False, database=None,
+    config = settings(base, max_examples=limit, stateful_step_count=steps, deadline=None, report_multiple_bugs=False, database=None,
                       phases=phases, **({} if seed is None else {"derandomize": False}),
                       suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
     if seed is not None:

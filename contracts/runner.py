@@ -107,7 +107,7 @@ def run_contract(contract: Contract, engine, *, profile: str | None = None, seed
     missing = sorted(contract.requires - set(engine.capabilities))
     if missing:
         pytest.skip(f"engine {engine_label(engine)} lacks capability {', '.join(missing)}")
-    with budget.share_of(engine, contract.id):
+    with budget.share_of(engine, contract.id, profile):
         _run_contract(contract, engine, profile, seed, settings_overrides)
 
 
@@ -125,7 +125,7 @@ def _run_contract(contract: Contract, engine, profile, seed, settings_overrides)
         for label, distance in getattr(case, "limit_distances", dict)().items():
             target(-float(distance), label=label)
 
-    base = settings.default if profile is None else settings.get_profile(profile)
+    base = budget.base_settings()
     overrides = {"report_multiple_bugs": False, **settings_overrides}
     if "max_examples" not in settings_overrides:
         limit = base.max_examples if contract.max_examples is None else min(contract.max_examples, base.max_examples)

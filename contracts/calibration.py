@@ -60,7 +60,8 @@ def shifted(law: torch.Tensor, delta: float) -> torch.Tensor:
     """`law` with mass `delta` moved from its likeliest cell to its least likely positive cell (TV = delta)."""
     out = law.clone()
     top = int(torch.argmax(law))
-    low = int(torch.where(law > 0, law, 2.0).argmin())
+    # Another cell than the likeliest: on a uniform law (DIST-002's PIT bins) both are the first, and nothing moved.
+    low = int(torch.where((law > 0) & (torch.arange(law.numel()) != top), law, 2.0).argmin())
     moved = min(delta, float(law[top]))
     out[top] -= moved
     out[low] += moved

@@ -33,6 +33,7 @@ PLANNER_MIN_VERIFY_LEN = "planner.min-verify-len"  # schedule_verify_lens honour
 PLANNER_EMPTY_BATCH = "planner.empty-batch"  # layout helpers accept bs == 0
 STEP = "step"
 STEP_LAWS = "step.laws"  # per step, the laws each sampled row's accept read and the draws its drafts came from
+STEP_DRAFT_DRAWS = "step.draft-draws"  # per step, each sampled row's drawn block, the drafts verified and their laws
 STEP_PD = "step.pd-handoff"  # requests can join a running engine through a PD handoff (add_requests via "pd")
 STEP_RAGGED = "step.ragged"  # the step runs the ragged verify modes (cap-accept, compact), not only static
 STEP_OVERLAP_TOGGLE = "step.overlap-toggle"  # overlap scheduling can be switched on and off between steps
@@ -92,6 +93,7 @@ CAPABILITIES: Mapping[str, Capability] = {
         "new_engine", "add_requests", "step", "abort", "set_overlap", "overlap_budget_lag", "request_views",
         "target_next_logits")),
     STEP_LAWS: Capability("contracts.boundary.engine:StepLawsLevel", ("step_laws",)),
+    STEP_DRAFT_DRAWS: Capability("contracts.boundary.engine:DraftDrawsLevel", ("draft_draws",)),
     STEP_PD: Capability(None),
     STEP_RAGGED: Capability(None),
     STEP_OVERLAP_TOGGLE: Capability(None),

@@ -206,6 +206,21 @@ class StepLawsLevel(Protocol):
 
 
 @dataclass(frozen=True)
+class DraftDraws:
+    """One sampled request in the last step: the block its drafter drew, and what the verify scored of it. For an
+    engine whose drafts are multinomial draws (no noise to report), the draft law is checked statistically."""
+
+    rid: int
+    block: tuple  # the gamma drafts as drawn, in order
+    verified: tuple  # the drafts the step verified (the anchor excluded)
+    draft_probs: torch.Tensor  # [len(verified), V]: the law the accept scores each verified draft with
+
+
+class DraftDrawsLevel(Protocol):
+    def draft_draws(self, handle) -> list: ...  # DraftDraws of the last step's sampled rows
+
+
+@dataclass(frozen=True)
 class LoopCase:
     """An engine configuration and the requests it serves (for whole-run contracts)."""
 

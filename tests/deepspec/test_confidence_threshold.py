@@ -42,7 +42,7 @@ def test_the_confidence_head_truncates(truncating_engine):
     assert lens == {1, 2, 3, 4}, lens
 
 
-@pytest.mark.parametrize("contract_id", ["DIST-001", "LOOP-001", "LOOP-005"])
+@pytest.mark.parametrize("contract_id", ["DIST-001", "DIST-002", "LOOP-001", "LOOP-005"])
 def test_truncating_engine_keeps_the_contracts(truncating_engine, contract_id):
     run_contract(all_contracts()[contract_id], truncating_engine, profile="ci")
 
@@ -69,10 +69,11 @@ def _confidence_reads_its_own_draft(mp):
     mp.setattr(draft_ops, "_predict_confidence_logits", predict)
 
 
-def test_anticipating_truncation_is_caught(truncating_engine):
-    contract = all_contracts()["DIST-001"]
+@pytest.mark.parametrize("contract_id", ["DIST-001", "DIST-002"])
+def test_anticipating_truncation_is_caught(truncating_engine, contract_id):
+    contract = all_contracts()[contract_id]
     with guarded_patches() as mp:
         _confidence_reads_its_own_draft(mp)
         violation = violation_of(contract, truncating_engine)
     assert not is_engine_crash(violation.what), str(violation)
-    assert violation.contract_id == "DIST-001" and "goodness of fit" in violation.what, str(violation)
+    assert violation.contract_id == contract_id and "goodness of fit" in violation.what, str(violation)

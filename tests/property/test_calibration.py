@@ -3,6 +3,7 @@
 budget (the README's table comes from `python -m contracts.calibration`, 1e6 simulated runs per test)."""
 
 import pytest
+import torch
 
 from contracts import calibration, stats
 from contracts.adapters.reference import ReferenceAdapter
@@ -13,6 +14,16 @@ def test_recording_keeps_the_tests_the_gate_judged():
     assert len(family.tests) == 8  # 2 draft kinds x 4 positions
     assert {alpha for *_, alpha in family.tests} == {stats.FAMILY_ALPHA / (stats.TAIL_SAFETY * 8)}
     assert all(n == 40_000 and abs(float(law.sum()) - 1) < 1e-9 for _, law, n, _ in family.tests)
+
+
+@pytest.mark.parametrize("law", [torch.full((10,), 0.1, dtype=torch.float64),
+                                 torch.tensor([0.5, 0.3, 0.2, 0.0], dtype=torch.float64)])
+def test_the_power_shift_moves_the_mass_it_names(law):
+    """A uniform law (DIST-002's PIT bins) has its likeliest and least likely cell at the same index: the shift must
+    still move delta to another cell, or every power figure reads 0%."""
+    out = calibration.shifted(law, 0.05)
+    assert 0.5 * float((out - law).abs().sum()) == pytest.approx(0.05)
+    assert float(out.sum()) == pytest.approx(1.0) and bool((out[law == 0] == 0).all())
 
 
 def test_a_contract_without_a_gate_is_refused():

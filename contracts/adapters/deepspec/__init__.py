@@ -11,7 +11,10 @@ version is the tree's commit. DeepSpec runs in its own venv (transformers 5.10.2
 (default 0, the evaluator's default: never). `check` runs the default; tests/deepspec run t = 0.5.
 
 Declared: verify, verify.distributions, verify.chain-sampling (accept with min(1, p/q), else the residual
-max(p - q, 0)), step, step.seeded-sampling (each request's generation is seeded by the engine seed and its id).
+max(p - q, 0)), step, step.seeded-sampling (each request's generation is seeded by the engine seed and its id),
+step.draft-draws (each round's sampled block, the proposal its confidence head kept and the proposal's draft_probs:
+DIST-002 holds the drafter's multinomial draws to the law the verify scores them with, and the truncation to
+non-anticipation).
 Not declared, with the reason:
   - verify.injected-noise: DeepSpec draws its coins and residual from the global torch generator, not from inputs;
   - verify.float64: it computes its laws in float32 (`logits_to_probs` casts to float32);
@@ -25,8 +28,8 @@ Not declared, with the reason:
     relay.confidence (no confidence-scheduled budget: the evaluator truncates at a fixed threshold);
   - step.laws: drafts are multinomial draws (`sample_tokens`), so there is no Gumbel noise to report;
   - draft: its observation is paged-KV slots and a request-to-token row (SGLang's layout); DeepSpec's draft block
-    writes a DynamicCache by position. What the draft level would check on DeepSpec is listed in
-    docs/engines/deepspec.md (not yet a contract).
+    writes a DynamicCache by position. The draft law and the truncation are checked through step.draft-draws
+    (DIST-002); the drafter's context length after each round through the step level (LOOP-002).
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ class DeepSpecAdapter(DeepSpecVerify, DeepSpecStep):
                         "deepspec.eval.dspark.evaluator", "deepspec.modeling.dspark.markov_head",
                         "deepspec.modeling.dspark.qwen3.modeling", "deepspec.utils.sampling")
     capabilities = frozenset({protocol.VERIFY, protocol.VERIFY_DISTRIBUTIONS, protocol.VERIFY_CHAIN, protocol.STEP,
-                              protocol.STEP_SEEDED_SAMPLING})
+                              protocol.STEP_SEEDED_SAMPLING, protocol.STEP_DRAFT_DRAWS})
 
     def __init__(self, confidence_threshold: float = 0.0):
         if isinstance(confidence_threshold, bool) or not isinstance(confidence_threshold, (int, float)) \

@@ -11,7 +11,9 @@ the target model, reading DeepSpec's own state, never recomputing it:
     drafter's context length (its KV cache plus the target features not yet in it), and `output_ids` so far;
   - at each target call: the target KV cache length before the call and the ids fed, so the ids whose keys and
     values the cache holds at each verify are the ones it kept (its length) of what it was fed;
-  - at `post_verify` (the evaluator's diagnostic hook): the proposal length (a step's verify length is it + 1).
+  - at `post_verify` (the evaluator's diagnostic hook): the proposal length (a step's verify length is it + 1);
+  - at each `propose`: the block the drafter's `sample_draft_tokens` drew, and the proposal `build_dspark_proposal`
+    returned (its drafts and its `draft_probs`, the law `verify_draft_tokens` scores them with): step.draft-draws.
 A step's accepted drafts and added tokens are DeepSpec's reported statistics (`accepted_draft_lengths`,
 `acceptance_lengths`); its emitted tokens are that slice of DeepSpec's returned (trimmed) `output_ids`.
 A request is live while DeepSpec's loop will run another iteration for it.
@@ -46,7 +48,7 @@ from typing import Optional
 import torch
 
 from contracts.adapters.deepspec.models import ModelSpec, build_models
-from contracts.boundary.engine import EngineSpec, RequestSpec, RequestView, StepView
+from contracts.boundary.engine import DraftDraws, EngineSpec, RequestSpec, RequestView, StepView
 
 _DRAFTERS = {"vanilla": "vanilla", "gated": "gated", "rnn": "rnn", "random": "none", "oracle": "none"}
 
@@ -58,6 +60,9 @@ class _Iteration:
     draft_ctx_len: int
     target_cache: Optional[list] = None  # the ids whose keys and values the target cache held at this verify
     proposal_len: Optional[int] = None
+    block: tuple = ()  # the drafter's sampled block (sample_draft_tokens), before the confidence truncation
+    verified: tuple = ()  # the proposal's drafts (verify_input_ids after the anchor)
+    draft_probs: Optional[torch.Tensor] = None  # [proposal_len, V] the proposal's draft_probs, which the verify reads
 
 
 @dataclass
@@ -84,6 +89,7 @@ class _Handle:
     target64: object
     requests: dict = field(default_factory=dict)
     logits_memo: dict = field(default_factory=dict)
+    last_step: list = field(default_factory=list)  # (request, iteration) replayed by the last step
 
 
 class _RecordingTarget:
@@ -95,6 +101,21 @@ class _RecordingTarget:
     def __call__(self, **kwargs):
         self._record(kwargs["past_key_values"].get_seq_length(), kwargs["input_ids"][0].tolist())
         return self._model(**kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+
+class _RecordingDrafter:
+    """The real drafter; records the block its `sample_draft_tokens` draws (build_dspark_proposal keeps a prefix)."""
+
+    def __init__(self, model, record):
+        self._model, self._record = model, record
+
+    def sample_draft_tokens(self, *args, **kwargs):
+        tokens, logits = self._model.sample_draft_tokens(*args, **kwargs)
+        self._record(tuple(tokens[0].tolist()))
+        return tokens, logits
 
     def __getattr__(self, name):
         return getattr(self._model, name)
@@ -159,7 +180,8 @@ class DeepSpecStep:
         # The evaluator as its own generate_one_sample runs it: its models, its args, its callbacks (no recorder:
         # the calibration recorder only collects metrics).
         ev = object.__new__(Qwen3DSparkEvaluator)
-        ev.target_model, ev.draft_model = handle.target, handle.drafter
+        blocks: list = []
+        ev.target_model, ev.draft_model = handle.target, _RecordingDrafter(handle.drafter, blocks.append)
         ev.args = SimpleNamespace(temperature=temperature, confidence_threshold=float(self.confidence_threshold),
                                   max_new_tokens=r.max_new_tokens)
         ev.confidence_head_recorder = None
@@ -167,9 +189,15 @@ class DeepSpecStep:
 
         def propose(*, context, output_ids, position_ids, start, stop_token_ids=None):
             ctx = context.past_key_values_draft.get_seq_length() + context.target_hidden_states.shape[1]
-            iterations.append(_Iteration(int(start), int(output_ids[0, start]), int(ctx)))
-            return ev._propose(context=context, output_ids=output_ids, position_ids=position_ids, start=start,
-                               stop_token_ids=stop_token_ids)
+            it = _Iteration(int(start), int(output_ids[0, start]), int(ctx))
+            iterations.append(it)
+            proposal = ev._propose(context=context, output_ids=output_ids, position_ids=position_ids, start=start,
+                                   stop_token_ids=stop_token_ids)
+            it.block = blocks[-1] if blocks else ()
+            it.verified = tuple(proposal.verify_input_ids[0, 1:].tolist())
+            v = handle.spec.vocab_size
+            it.draft_probs = torch.zeros(0, v) if proposal.draft_probs is None else proposal.draft_probs[0].detach()
+            return proposal
 
         fed: list = []  # the ids the target cache holds, in position order: what each call kept, then what it fed
 
@@ -205,6 +233,7 @@ class DeepSpecStep:
 
     def step(self, handle: _Handle) -> StepView:
         view = StepView([], [], [], [], None, [], [], [], [], [], [])
+        handle.last_step = []
         for rid, req in handle.requests.items():
             if not req.live:
                 continue
@@ -221,6 +250,7 @@ class DeepSpecStep:
             emitted = req.output[it.start + 1 - n_in: max(upto, it.start + 1 - n_in)]
             req.done_steps += 1
             req.emitted += len(emitted)
+            handle.last_step.append((req, it))
             nxt = req.iterations[i + 1].start if i + 1 < len(req.iterations) else it.start + commit
             view.rids.append(rid)
             view.seq_lens.append(it.start)
@@ -234,6 +264,11 @@ class DeepSpecStep:
             if not req.live:
                 view.finished.append(rid)
         return view
+
+    def draft_draws(self, handle: _Handle) -> list:
+        """The last step's sampled requests: the block each drew, the proposal verified and its draft_probs."""
+        return [DraftDraws(req.spec.rid, it.block, it.verified, it.draft_probs)
+                for req, it in handle.last_step if not req.spec.greedy]
 
     def abort(self, handle: _Handle, rid: int) -> None:
         req = handle.requests.get(rid)

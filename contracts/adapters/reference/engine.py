@@ -6,7 +6,7 @@ from typing import Optional
 
 import torch
 
-from contracts.boundary.engine import CompactView, EngineSpec, PlanCase, PlanView, RequestView, SpsSpec, StepLaws, StepView
+from contracts.boundary.engine import CompactView, DraftDraws, EngineSpec, PlanCase, PlanView, RequestView, SpsSpec, StepLaws, StepView
 from dspark import engine as dspark_engine
 from dspark import planner, toy_models
 from dspark.graph_buckets import capture_num_tokens
@@ -32,6 +32,7 @@ class _Handle:
     decode: object  # DSparkEngine
     prefill: object  # the PD prefill-side engine (same models, same seed)
     added: list = field(default_factory=list)
+    verify_lens: dict = field(default_factory=dict)  # the last step's, by request
 
 
 class ReferencePlanner:
@@ -98,6 +99,7 @@ class ReferenceEngine:
 
     def step(self, handle):
         r = handle.decode.step()
+        handle.verify_lens = dict(zip(r.rids, r.verify_lens))
         return StepView(r.rids, r.seq_lens, r.verify_lens, r.planned, r.budget, r.correct_lens, r.cap_trim, r.commit_lens,
                         r.new_seq_lens, r.emitted, r.finished)
 
@@ -105,6 +107,14 @@ class ReferenceEngine:
         return [StepLaws(x.rid, x.context, x.candidates, x.params.temperature, x.params.top_k, x.params.top_p,
                          x.target_probs, x.draft_probs, x.draft_logits, x.draft_temperature, x.draft_noise)
                 for x in handle.decode.last_laws]
+
+    def draft_draws(self, handle):
+        # The candidates are the anchor and the whole block; the step verified the first verify_len - 1 drafts.
+        out = []
+        for x in handle.decode.last_laws:
+            n = handle.verify_lens[x.rid] - 1
+            out.append(DraftDraws(x.rid, tuple(x.candidates[1:]), tuple(x.candidates[1:1 + n]), x.draft_probs[:n]))
+        return out
 
     def abort(self, handle, rid):
         handle.decode.abort(rid)

@@ -168,7 +168,7 @@ def _relay_rows_wrap(self, name, indices):
 
 
 MUTANTS = [
-    Mutant("look-ahead-verify-cap", ("DIST-001",), lambda mp: mp.setattr(DSparkEngine, "plan_verify_lens", _look_ahead_cap)),
+    Mutant("look-ahead-verify-cap", ("DIST-001", "DIST-002"), lambda mp: mp.setattr(DSparkEngine, "plan_verify_lens", _look_ahead_cap)),
     Mutant("resample-from-p-not-residual", ("DIST-001",), lambda mp: mp.setattr(verify, "mixed_accept", _resample_from_p)),
     Mutant("greedy-bonus-is-the-rejected-draft", ("LOOP-001",),
            lambda mp: (mp.setattr(verify, "greedy_accept", _greedy_emits_draft),
@@ -184,7 +184,7 @@ MUTANTS = [
     Mutant("sampling-rng-keyed-by-batch-row", ("LOOP-005",), lambda mp: mp.setattr(DSparkEngine, "_noise", _noise_keyed_by_row)),
     Mutant("draft-law-scored-in-float32", ("LOOP-006",),
            lambda mp: mp.setattr(DSparkEngine, "_target_probs", _draft_law_in_float32)),
-    Mutant("draft-law-without-temperature", ("LOOP-006",),
+    Mutant("draft-law-without-temperature", ("LOOP-006", "DIST-002"),
            lambda mp: mp.setattr(DSparkEngine, "_target_probs", _draft_law_without_temperature)),
     Mutant("target-law-without-top-p", ("LOOP-006",),
            lambda mp: mp.setattr(DSparkEngine, "_target_probs", _target_law_without_top_p)),

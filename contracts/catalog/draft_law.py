@@ -1,0 +1,99 @@
+"""The draft law: the drafts a step verifies were drawn from the law its accept scores them with.
+
+Speculative sampling is lossless only if each verified draft x_k was drawn from exactly the law q_k the accept
+divides by, and if the choice of which drafts to verify never reads the draft it admits (the paper's
+non-anticipation condition: a confidence that reads x_k, as position k+1's does, must not decide whether x_k is
+verified). Both are tested at once, from first principles, by the randomized probability integral transform:
+for a verified draft x with law q over ids 0..V-1, u = F(x-1) + v * q(x), with F the cumulative law and v a
+uniform draw keyed by (configuration, step, request, position). If x ~ q given everything the choice to verify it
+read, every u is Uniform(0, 1) whatever q is, so the pooled u's of every step and request fall evenly in equal
+bins. A draft drawn at another temperature, from the law before a Markov bias, or a cut that keeps a draft for
+being likely moves mass between bins; the one statistical gate (contracts.stats) judges the bin counts. The exact
+parts need no statistics: the verified drafts are a prefix of the block drawn, each law is a distribution, and
+no verified draft has probability 0 under its own law.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import torch
+
+from contracts import stats
+from contracts.boundary.engine import EngineSpec, RequestSpec
+from contracts.catalog.decode_loop import MAX_STEPS
+from contracts.checks import expect, expect_equal
+from contracts.machine import single_thread
+from contracts.protocol import STEP, STEP_DRAFT_DRAWS, STEP_RAGGED
+from contracts.registry import contract
+
+DRAW_VOCAB, DRAW_GAMMA, DRAW_N, DRAW_TOKENS = 6, 4, 120, 12
+DRAW_PROMPT = (1, 2, 3)
+PIT_BINS = 10
+LAW_ATOL = 1e-5  # engines score in float32: a law's sum drifts by a few ulps per id
+# (verify mode, forced budget fraction, drafter, temperature). The Markov heads make q_k depend on the draft before
+# it; the ragged modes cut blocks by the current confidence, which reads the draft before each position.
+DRAW_CONFIGS = (("static", None, "vanilla", 1.0), ("static", None, "gated", 0.6),
+                ("cap-accept", 0.5, "vanilla", 1.0), ("compact", 0.25, "rnn", 1.3))
+
+
+def pit_uniform(key: str) -> float:
+    """The v of one PIT value: a uniform keyed by the draw's coordinates, not by a stream's position."""
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:7], "big") / float(1 << 56)
+
+
+def pit(q: torch.Tensor, token: int, v: float) -> float:
+    """Randomized PIT of `token` under the law `q`: Uniform(0, 1) when token ~ q."""
+    below = float(q[:token].sum()) if token else 0.0
+    return min(max(below + v * float(q[token]), 0.0), 1.0 - 1e-12)
+
+
+def _drawn(engine, handle, name: str, step: int, rids, bins: list) -> None:
+    draws = list(engine.draft_draws(handle))
+    # Every row of these configurations samples, so each owes its draws (none reported would check nothing).
+    expect_equal(f"{name} step {step}: requests whose drafts the step reports", sorted(rids), sorted(d.rid for d in draws))
+    for d in draws:
+        where = f"{name} step {step} request {d.rid}"
+        n = len(d.verified)
+        expect_equal(f"{where}: verified drafts (a prefix of the block drawn)", tuple(d.block[:n]), tuple(d.verified))
+        q = d.draft_probs.to(torch.float64)
+        expect_equal(f"{where}: draft laws reported", (n, DRAW_VOCAB), tuple(q.shape))
+        for k, x in enumerate(d.verified):
+            total, low = float(q[k].sum()), float(q[k].min())
+            expect(abs(total - 1) <= LAW_ATOL and low >= 0, f"{where} draft {k}: its law", "a distribution",
+                   f"sum {total:.9g}, min {low:.3g}")
+            expect(float(q[k, x]) > 0, f"{where} draft {k}: the probability of the draft {x} under its own law",
+                   "> 0 (it was drawn from that law)", float(q[k, x]))
+            u = pit(q[k], int(x), pit_uniform(f"{name}/{step}/{d.rid}/{k}"))
+            bins[min(int(u * PIT_BINS), PIT_BINS - 1)] += 1
+
+
+@contract("DIST-002", "the drafts each step verifies follow the law its accept scores them with, and which drafts are "
+          "verified never depends on the draft itself (non-anticipation): the verified drafts are a prefix of the block "
+          "drawn, and their randomized PIT values under their own laws are uniform (static with vanilla and gated "
+          "Markov heads, cap-accept/compact at forced fractions 0.5 and 0.25; fixed seeds; one gate, family-wise "
+          "false alarm <= 1e-3)", requires={STEP, STEP_DRAFT_DRAWS}, marks=("stat",))
+def draft_law(engine):
+    configs = [(seed, c) for seed, c in enumerate(DRAW_CONFIGS) if c[0] == "static" or STEP_RAGGED in engine.capabilities]
+    family = stats.Gate(len(configs))
+    uniform = {b: 1.0 / PIT_BINS for b in range(PIT_BINS)}
+    with single_thread():
+        for seed, (mode, frac, drafter, temperature) in configs:
+            name = f"{mode} frac={frac} {drafter} T={temperature}"
+            spec = EngineSpec(vocab_size=DRAW_VOCAB, gamma=DRAW_GAMMA, drafter=drafter, verify_mode=mode,
+                              force_budget_frac=frac, seed=200 + seed, model_seed=7, pool_size=DRAW_N,
+                              max_context_len=32)
+            handle = engine.new_engine(spec)
+            engine.add_requests(handle, [RequestSpec(i, DRAW_PROMPT, temperature, DRAW_TOKENS)
+                                         for i in range(DRAW_N)], "local")
+            bins = [0] * PIT_BINS
+            live = {v.rid for v in engine.request_views(handle) if v.live}
+            for step in range(MAX_STEPS):
+                if not live:
+                    break
+                view = engine.step(handle)
+                _drawn(engine, handle, name, step, view.rids, bins)
+                live -= set(view.finished)
+            expect(not live, f"{name}: generation", f"done within {MAX_STEPS} steps", f"requests {sorted(live)} running")
+            family.check(*stats.table_test(f"{name}: PIT of the verified drafts ({sum(bins)})",
+                                           dict(enumerate(bins)), uniform))

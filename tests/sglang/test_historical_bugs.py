@@ -162,6 +162,21 @@ def _draft_probs_at_temperature_one(mp):
     mp.setattr(dspark_verify, "_draft_probs", draft_probs)
 
 
+def _drafts_drawn_at_temperature_one(mp):
+    """DeepSpec #31's class on SGLang's drafter: the Markov block draws at temperature 1 while the sampled accept
+    scores the drafts with q at the request's temperature (the verify level never sees the draws: DIST-002 does)."""
+    from sglang.srt.speculative.dspark_components import dspark_draft, dspark_draft_sampler
+
+    real = dspark_draft.draft_markov_block
+
+    def block(*, step_temperatures, **kw):
+        ones = torch.where(step_temperatures > 0, torch.ones_like(step_temperatures), step_temperatures)
+        return real(step_temperatures=ones, **kw)
+
+    for module in (dspark_draft, dspark_draft_sampler):  # the eager proposer and the sampler import it by name
+        mp.setattr(module, "draft_markov_block", block)
+
+
 def _draft_slots_one_column_late(mp):
     """The draft forward bound to the verify window's columns 1..Q instead of 0..Q-1."""
     from sglang.srt.mem_cache.kv_loc_plan import KVLocPlan
@@ -236,6 +251,7 @@ BUGS = [
     ("SPS lookup wraps below the first probe", _sps_lookup_unclamped, ("PLAN-004",)),
     ("verify softmax ignores the temperature", _softmax_ignores_temperature, ("VERIFY-011",)),
     ("draft law rebuilt at temperature 1", _draft_probs_at_temperature_one, ("VERIFY-011",)),
+    ("drafts drawn at temperature 1", _drafts_drawn_at_temperature_one, ("DIST-002",)),
     ("draft KV slots one column late", _draft_slots_one_column_late, ("DRAFT-001",)),
     ("commit gate off by one", _commit_gate_off_by_one, ("DRAFT-002",)),
     ("anchorless draft rows shifted", _anchorless_rows_shifted, ("DRAFT-003",)),

@@ -54,11 +54,12 @@ class SGLangAdapter(SGLangHandoff, SGLangDpMetadata, SGLangKv, SGLangGraph, SGLa
     # Not declared: verify.injected-noise (SGLang draws its own coins and Gumbel noise), verify.placeholders
     # (out_tokens past commit_len keep the rejected drafts), step.laws (SGLang draws its own noise and does not expose
     # the laws its accept read). `step` runs SGLang's real Scheduler and DSparkWorkerV2 (contracts.adapters.sglang.step)
-    # without step.ragged, step.pd-handoff, step.overlap-toggle and step.seeded-sampling (see that module's limits).
+    # without step.ragged, step.pd-handoff, step.overlap-toggle and step.seeded-sampling (see that module's limits);
+    # with step.draft-draws (each step's drawn block and the q its sampled accept reads, recorded at `_draft_probs`).
     capabilities = frozenset({protocol.HANDOFF, protocol.DP_METADATA, protocol.KV, protocol.GRAPH, protocol.PLANNER,
                               protocol.DRAFT, protocol.VERIFY, protocol.VERIFY_DISTRIBUTIONS, protocol.VERIFY_CHAIN,
                               protocol.VERIFY_CAP_TRIM, protocol.RANKS_TP, protocol.RELAY,
-                              protocol.STEP})
+                              protocol.STEP, protocol.STEP_DRAFT_DRAWS})
 
     def __init__(self):
         sglang_env.check_sglang_installed()  # every load: one line naming the install command, never a fallback

@@ -71,7 +71,8 @@ from typing import Optional
 
 import torch
 
-from contracts.boundary.engine import EngineSpec, RequestView, StepView
+from contracts.boundary.engine import DraftDraws, EngineSpec, RequestView, StepView
+from contracts.patching import patched
 
 MODEL_VOCAB = 64  # = hidden size: the target's embedding is the identity
 MASK_ID = MODEL_VOCAB - 1
@@ -396,6 +397,7 @@ class _Handle:
     added: list = field(default_factory=list)
     aborted: dict = field(default_factory=dict)  # rid -> its output when aborted
     last_batch_rids: list = field(default_factory=list)
+    draws: list = field(default_factory=list)  # the last step's DraftDraws (step.draft-draws)
 
 
 _GENERATION = [0]
@@ -407,6 +409,23 @@ def _finish_name(reason) -> Optional[str]:
     name = type(reason).__name__
     return {"FINISH_ABORT": "abort", "FINISH_LENGTH": "length", "FINISH_MATCHED_TOKEN": "stop",
             "FINISH_MATCHED_STR": "stop"}.get(name, name)
+
+
+@contextlib.contextmanager
+def _recording_draft_probs():
+    """Records what SGLang's sampled accept is handed: `dspark_verify._draft_probs`'s q and the block it scores (its
+    `DraftBlockResult.draft_tokens`), SGLang's own function on SGLang's own values, recomputing nothing."""
+    from sglang.srt.speculative.dspark_components import dspark_verify
+
+    seen: list = []
+
+    def recording(draft_block, vocab, device):
+        probs = real(draft_block, vocab, device)
+        seen.append((draft_block.draft_tokens.detach().clone(), probs.detach().to(torch.float64).clone()))
+        return probs
+
+    with patched(dspark_verify, "_draft_probs", recording) as real:
+        yield seen
 
 
 class SGLangStep:
@@ -497,11 +516,13 @@ class SGLangStep:
         before = {rid: self._output(handle, rid) for rid in handle.reqs if self._live(handle, rid)}
         seq_before = {rid: self._seq_len(handle, rid) for rid in before}
         with slot.env():
-            batch = slot.iterate()
+            with _recording_draft_probs() as drafted:
+                batch = slot.iterate()
             if batch is None or not batch.forward_mode.is_decode():
                 raise RuntimeError(f"SGLang ran {None if batch is None else batch.forward_mode} where a decode step "
                                    f"was due (live requests {sorted(before)})")
         rows = [by_rid[q.rid] for q in batch.reqs if q.rid in by_rid and by_rid[q.rid] in before]
+        handle.draws = self._draws(handle, batch, by_rid, before, drafted)
         view = StepView(rids=[], seq_lens=[], verify_lens=[], planned=[], budget=None, correct_lens=[], cap_trim=[],
                         commit_lens=[], new_seq_lens=[], emitted=[], finished=[])
         T = handle.spec.gamma + 1
@@ -522,6 +543,30 @@ class SGLangStep:
             if not self._live(handle, rid):
                 view.finished.append(rid)
         return view
+
+    @staticmethod
+    def _draws(handle, batch, by_rid, before, drafted) -> list:
+        """The sampled rows of the step: SGLang's drawn block (`DraftBlockResult.draft_tokens`) and the q its sampled
+        accept divides by (`_draft_probs`), by batch row; a static step verifies the whole block."""
+        if not drafted:
+            return []
+        if len(drafted) != 1:
+            raise RuntimeError(f"SGLang's step ran {len(drafted)} sampled accepts; the adapter maps one to the batch rows")
+        (blocks, probs), = drafted
+        v = handle.spec.vocab_size
+        out = []
+        for i, q in enumerate(batch.reqs):
+            rid = by_rid.get(q.rid)
+            if rid is None or rid not in before or handle.specs[rid].greedy:
+                continue
+            block = tuple(blocks[i].tolist())
+            # The model's vocabulary is padded past vocab_size; mass there would show as a law not summing to 1.
+            out.append(DraftDraws(rid, block, block, probs[i, :, :v]))
+        return out
+
+    def draft_draws(self, handle) -> list:
+        self._own(handle)
+        return list(handle.draws)
 
     def _output(self, handle, rid) -> list:
         if rid in handle.aborted:  # the contracts' abort is immediate: what SGLang's extra forward adds is not output

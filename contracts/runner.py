@@ -5,9 +5,8 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import example, given, settings, target
 from hypothesis import seed as hypothesis_seed
-from hypothesis import target
 from hypothesis.database import ExampleDatabase
 from hypothesis.errors import FlakyFailure, UnsatisfiedAssumption
 

@@ -10,12 +10,11 @@ counts. Expectations come from the case and the captured sizes alone.
 from __future__ import annotations
 
 from contracts import oracle
+from contracts.boundary.graph import GraphCase
 from contracts.checks import expect, expect_equal
 from contracts.protocol import GRAPH
 from contracts.registry import contract
-from contracts.boundary.graph import GraphCase
 from contracts.strategies.graph import graph_cases
-
 
 GRAPH_MAX_BS = 64  # the largest default size asked of the engine: the cases' pools stay below 80
 

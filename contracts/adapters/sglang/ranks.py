@@ -16,7 +16,6 @@ from contracts.adapters.sglang.runtime import CPU, runtime
 from contracts.boundary.ranks import TpRankResult, TpRun, TpScenario
 from contracts.strategies.ranks import run_tp, tp_inputs
 
-
 # Where the step level's Scheduler holds a process group in this process, ranks fork from the launcher's forkserver;
 # its first launch imports SGLang there (about 16 s, more on two loaded cores) before any rank is built.
 STARTUP_TIMEOUT_S = 240.0

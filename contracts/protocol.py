@@ -34,6 +34,7 @@ PLANNER_EMPTY_BATCH = "planner.empty-batch"  # layout helpers accept bs == 0
 STEP = "step"
 STEP_LAWS = "step.laws"  # per step, the laws each sampled row's accept read and the draws its drafts came from
 STEP_DRAFT_DRAWS = "step.draft-draws"  # per step, each sampled row's drawn block, the drafts verified and their laws
+STEP_DRAFT_CONTEXT = "step.draft-context"  # per step, the target features each request's draft context gained
 STEP_PD = "step.pd-handoff"  # requests can join a running engine through a PD handoff (add_requests via "pd")
 STEP_RAGGED = "step.ragged"  # the step runs the ragged verify modes (cap-accept, compact), not only static
 STEP_OVERLAP_TOGGLE = "step.overlap-toggle"  # overlap scheduling can be switched on and off between steps
@@ -94,6 +95,8 @@ CAPABILITIES: Mapping[str, Capability] = {
         "target_next_logits")),
     STEP_LAWS: Capability("contracts.boundary.engine:StepLawsLevel", ("step_laws",)),
     STEP_DRAFT_DRAWS: Capability("contracts.boundary.engine:DraftDrawsLevel", ("draft_draws",)),
+    STEP_DRAFT_CONTEXT: Capability("contracts.boundary.engine:DraftContextLevel", ("draft_context_updates",
+                                                                                 "target_features")),
     STEP_PD: Capability(None),
     STEP_RAGGED: Capability(None),
     STEP_OVERLAP_TOGGLE: Capability(None),

@@ -221,6 +221,22 @@ class DraftDrawsLevel(Protocol):
 
 
 @dataclass(frozen=True)
+class DraftContextUpdate:
+    """What one request's draft context gained in the last step: the target features of consecutive positions."""
+
+    rid: int
+    start: int  # the position of the first feature added
+    features: torch.Tensor  # [k, D]: the features added, in position order, as the drafter will read them
+
+
+class DraftContextLevel(Protocol):
+    def draft_context_updates(self, handle) -> list: ...  # DraftContextUpdate of every request the last step ran
+    # [len(sequence), D] float64, recomputed from scratch: row i is the target's feature reading sequence[i] after
+    # sequence[:i] (the independent side, like target_next_logits).
+    def target_features(self, handle, sequence) -> torch.Tensor: ...
+
+
+@dataclass(frozen=True)
 class LoopCase:
     """An engine configuration and the requests it serves (for whole-run contracts)."""
 

@@ -12,14 +12,15 @@ from __future__ import annotations
 from dataclasses import replace
 
 import torch
+from hypothesis import strategies as st
 
 from contracts import oracle, stats
 from contracts.boundary.engine import EngineSpec, LoopCase, RequestSpec
 from contracts.checks import expect, expect_equal
-from contracts.machine import run_decode_loop, single_thread
-from contracts.protocol import STEP, STEP_LAWS, STEP_PD, STEP_RAGGED, STEP_SEEDED_SAMPLING
+from contracts.machine import engine_specs, run_decode_loop, single_thread
+from contracts.protocol import STEP, STEP_DRAFT_CONTEXT, STEP_LAWS, STEP_PD, STEP_RAGGED, STEP_SEEDED_SAMPLING
 from contracts.registry import contract
-from contracts.strategies.engine import law_cases, loop_cases
+from contracts.strategies.engine import law_cases, loop_cases, request_specs
 
 MACHINE_EXAMPLES, MACHINE_STEPS = 40, 10
 MAX_STEPS = 200  # a whole generation never needs more (max_new_tokens <= 10 per request)
@@ -159,6 +160,52 @@ def speculation_stays_alive(engine, case: LoopCase):
         mean = sum(planned_commits) / len(planned_commits)
         expect(mean > 1, "mean tokens committed per planned step with tokens to go", "> 1 (drafts accepted)",
                f"{mean:.3g} over {len(planned_commits)} request-steps")
+
+
+@st.composite
+def context_cases(draw, *, engine) -> LoopCase:
+    """The machine's configurations this engine runs, and 1..3 requests (greedy and sampled, EOS or not)."""
+    spec = draw(st.sampled_from(engine_specs(engine)), label="spec")
+    n = draw(st.integers(1, 3), label="n_requests")
+    return LoopCase(spec, tuple(draw(request_specs(i, spec.vocab_size), label=f"request {i}") for i in range(n)))
+
+
+FEATURE_RTOL = 1e-4  # engines keep features in float32; the oracle recomputes them in float64
+
+
+@contract("LOOP-008", "every step, each request that goes on has a draft context that gains the target features of exactly its committed "
+          "tokens: commit_len rows for positions seq_len .. seq_len+commit_len-1, each the target's own feature of the "
+          "token at that position after the committed tokens before it, recomputed from scratch (not a rejected "
+          "draft's, not a neighbour column's, not one read through a stale cache)", requires={STEP, STEP_DRAFT_CONTEXT},
+          cases=context_cases, max_examples=30)
+def draft_context_gains_the_committed_features(engine, case: LoopCase):
+    handle = engine.new_engine(case.spec)
+    engine.add_requests(handle, list(case.requests), "local")
+    for step in range(MACHINE_STEPS):
+        if not any(v.live for v in engine.request_views(handle)):
+            return
+        view = engine.step(handle)
+        updates = {u.rid: u for u in engine.draft_context_updates(handle)}
+        expect_equal(f"step {step}: requests whose draft context update the step reports", sorted(view.rids),
+                     sorted(updates))
+        known = {v.rid: list(v.prompt) + list(v.output) for v in engine.request_views(handle)}
+        for rid, n, c in zip(view.rids, view.seq_lens, view.commit_lens):
+            if rid in view.finished:  # a finished request's draft context is never read again
+                continue
+            u, where = updates[rid], f"step {step} request {rid}"
+            expect_equal(f"{where}: first position the draft context gained (seq_len)", n, u.start)
+            expect_equal(f"{where}: features gained (commit_len)", c, int(u.features.shape[0]))
+            # Positions whose token the request has emitted (a round past its last emitted token has none to read).
+            upto = min(n + c, len(known[rid]))
+            if upto <= n:
+                continue
+            want = engine.target_features(handle, known[rid][:upto])[n:upto]
+            got = u.features[: upto - n].to(torch.float64)
+            err = float((got - want).abs().max())
+            scale = 1.0 + float(want.abs().max())
+            expect(err <= FEATURE_RTOL * scale, f"{where}: features of positions {n}..{upto - 1} vs the target's own",
+                   f"max error <= {FEATURE_RTOL * scale:.3g}", f"max error {err:.3g} (per position: "
+                   f"{[round(float(x), 6) for x in (got - want).abs().amax(dim=-1)]})")
 
 
 def _oracle_greedy(case: LoopCase) -> LoopCase:

@@ -42,7 +42,7 @@ def test_the_confidence_head_truncates(truncating_engine):
     assert lens == {1, 2, 3, 4}, lens
 
 
-@pytest.mark.parametrize("contract_id", ["DIST-001", "DIST-002", "LOOP-001", "LOOP-005"])
+@pytest.mark.parametrize("contract_id", ["DIST-001", "DIST-002", "LOOP-001", "LOOP-005", "LOOP-008"])
 def test_truncating_engine_keeps_the_contracts(truncating_engine, contract_id):
     run_contract(all_contracts()[contract_id], truncating_engine, profile="ci")
 

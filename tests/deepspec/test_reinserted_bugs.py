@@ -107,6 +107,23 @@ def _target_cache_not_rolled_back(mp):
     mp.setattr(be, "DynamicCache", NoCropCache)  # the loop's target cache only: the drafter's comes from evaluator.py
 
 
+def _context_features_one_column_late(mp):
+    """`_update` hands the drafter the verify's features from column 1 on (the first draft's where the anchor's
+    belongs): the right count, so the drafter's context length (LOOP-002) holds, every feature one position late.
+    Outputs stay lossless; only the drafts get worse, which no output contract sees."""
+    from deepspec.eval.dspark.evaluator import Qwen3DSparkEvaluator
+    from deepspec.modeling.dspark.common import extract_context_feature
+
+    correct_loop_bound(mp)
+
+    def update(self, context, verification):
+        features = extract_context_feature(verification.target_output.hidden_states, self.draft_model.target_layer_ids)
+        n = verification.accepted_draft_tokens + 1
+        context.target_hidden_states = features[:, 1:n + 1] if features.shape[1] > n else features[:, :n]
+
+    mp.setattr(Qwen3DSparkEvaluator, "_update", update)
+
+
 BUGS = [
     ("residual drawn from the target", _residual_from_target, ("LOSSLESS-003",)),
     ("verify ignores the temperature", _temperature_ignored, ("LOSSLESS-005",)),
@@ -114,6 +131,7 @@ BUGS = [
     ("drafts drawn from another law than q (#31's class)", _draft_sampled_at_t1, ("DIST-001", "DIST-002")),
     ("a stop token in the bonus is ignored", _bonus_stop_ignored, ("LOOP-002",)),
     ("target KV cache not rolled back after a rejection", _target_cache_not_rolled_back, ("LOOP-001", "LOOP-002")),
+    ("draft context fed each feature one position late", _context_features_one_column_late, ("LOOP-008",)),
 ]
 
 

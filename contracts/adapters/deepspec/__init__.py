@@ -14,7 +14,8 @@ Declared: verify, verify.distributions, verify.chain-sampling (accept with min(1
 max(p - q, 0)), step, step.seeded-sampling (each request's generation is seeded by the engine seed and its id),
 step.draft-draws (each round's sampled block, the proposal its confidence head kept and the proposal's draft_probs:
 DIST-002 holds the drafter's multinomial draws to the law the verify scores them with, and the truncation to
-non-anticipation).
+non-anticipation), step.draft-context (the target features each round's `_update` hands the drafter, against a
+float64 forward of the committed sequence: LOOP-008).
 Not declared, with the reason:
   - verify.injected-noise: DeepSpec draws its coins and residual from the global torch generator, not from inputs;
   - verify.float64: it computes its laws in float32 (`logits_to_probs` casts to float32);
@@ -29,7 +30,7 @@ Not declared, with the reason:
   - step.laws: drafts are multinomial draws (`sample_tokens`), so there is no Gumbel noise to report;
   - draft: its observation is paged-KV slots and a request-to-token row (SGLang's layout); DeepSpec's draft block
     writes a DynamicCache by position. The draft law and the truncation are checked through step.draft-draws
-    (DIST-002); the drafter's context length after each round through the step level (LOOP-002).
+    (DIST-002); the drafter's context through step.draft-context (LOOP-008) and its length (LOOP-002).
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ class DeepSpecAdapter(DeepSpecVerify, DeepSpecStep):
                         "deepspec.eval.dspark.evaluator", "deepspec.modeling.dspark.markov_head",
                         "deepspec.modeling.dspark.qwen3.modeling", "deepspec.utils.sampling")
     capabilities = frozenset({protocol.VERIFY, protocol.VERIFY_DISTRIBUTIONS, protocol.VERIFY_CHAIN, protocol.STEP,
-                              protocol.STEP_SEEDED_SAMPLING, protocol.STEP_DRAFT_DRAWS})
+                              protocol.STEP_SEEDED_SAMPLING, protocol.STEP_DRAFT_DRAWS,
+                              protocol.STEP_DRAFT_CONTEXT})
 
     def __init__(self, confidence_threshold: float = 0.0):
         if isinstance(confidence_threshold, bool) or not isinstance(confidence_threshold, (int, float)) \

@@ -12,6 +12,8 @@ the target model, reading DeepSpec's own state, never recomputing it:
   - at each target call: the target KV cache length before the call and the ids fed, so the ids whose keys and
     values the cache holds at each verify are the ones it kept (its length) of what it was fed;
   - at `post_verify` (the evaluator's diagnostic hook): the proposal length (a step's verify length is it + 1);
+  - after each `_update`: the target features it left for the drafter (`context.target_hidden_states`):
+    step.draft-context;
   - at each `propose`: the block the drafter's `sample_draft_tokens` drew, and the proposal `build_dspark_proposal`
     returned (its drafts and its `draft_probs`, the law `verify_draft_tokens` scores them with): step.draft-draws.
 A step's accepted drafts and added tokens are DeepSpec's reported statistics (`accepted_draft_lengths`,
@@ -47,8 +49,8 @@ from typing import Optional
 
 import torch
 
-from contracts.adapters.deepspec.models import ModelSpec, build_models
-from contracts.boundary.engine import DraftDraws, EngineSpec, RequestSpec, RequestView, StepView
+from contracts.adapters.deepspec.models import HIDDEN, ModelSpec, build_models
+from contracts.boundary.engine import DraftContextUpdate, DraftDraws, EngineSpec, RequestSpec, RequestView, StepView
 
 _DRAFTERS = {"vanilla": "vanilla", "gated": "gated", "rnn": "rnn", "random": "none", "oracle": "none"}
 
@@ -63,6 +65,7 @@ class _Iteration:
     block: tuple = ()  # the drafter's sampled block (sample_draft_tokens), before the confidence truncation
     verified: tuple = ()  # the proposal's drafts (verify_input_ids after the anchor)
     draft_probs: Optional[torch.Tensor] = None  # [proposal_len, V] the proposal's draft_probs, which the verify reads
+    ctx_features: Optional[torch.Tensor] = None  # the target features `_update` left for the drafter (None: not run)
 
 
 @dataclass
@@ -206,6 +209,10 @@ class DeepSpecStep:
                 iterations[-1].target_cache = fed[:cache_len]
             fed[cache_len:] = input_ids
 
+        def update(context, verification):
+            ev._update(context, verification)
+            iterations[-1].ctx_features = context.target_hidden_states[0].detach().to(torch.float64).clone()
+
         def post_verify(proposal, verification):
             iterations[-1].proposal_len = int(proposal.draft_token_count)
 
@@ -216,7 +223,7 @@ class DeepSpecStep:
                 target_model=_RecordingTarget(handle.target, on_target), input_ids=prompt,
                 max_new_tokens=r.max_new_tokens, max_proposal_tokens=ev.max_proposal_tokens, temperature=temperature,
                 stop_token_ids=None if r.eos_id is None else [int(r.eos_id)], init_context=ev._init_context,
-                propose=propose, update=ev._update, post_verify=post_verify)
+                propose=propose, update=update, post_verify=post_verify)
         output = out.output_ids[0, out.num_input_tokens:].tolist()
         return _Request(r, output, iterations, list(out.acceptance_lengths), list(out.accepted_draft_lengths))
 
@@ -269,6 +276,20 @@ class DeepSpecStep:
         """The last step's sampled requests: the block each drew, the proposal verified and its draft_probs."""
         return [DraftDraws(req.spec.rid, it.block, it.verified, it.draft_probs)
                 for req, it in handle.last_step if not req.spec.greedy]
+
+    def draft_context_updates(self, handle: _Handle) -> list:
+        """The target features each round's `_update` handed the drafter (none where the loop ended without one)."""
+        width = HIDDEN * len(handle.drafter.target_layer_ids)
+        return [DraftContextUpdate(req.spec.rid, it.start, torch.zeros(0, width, dtype=torch.float64)
+                                   if it.ctx_features is None else it.ctx_features) for req, it in handle.last_step]
+
+    def target_features(self, handle: _Handle, sequence) -> torch.Tensor:
+        """The evaluator's context feature (the target's hidden states after each of the drafter's
+        `target_layer_ids`, -1 the embeddings, concatenated) from one float64 forward over the whole sequence."""
+        with torch.no_grad():
+            hs = handle.target64(input_ids=torch.tensor([[int(t) for t in sequence]]), output_hidden_states=True
+                                 ).hidden_states
+        return torch.cat([hs[0 if i == -1 else i + 1][0] for i in handle.drafter.target_layer_ids], dim=-1)
 
     def abort(self, handle: _Handle, rid: int) -> None:
         req = handle.requests.get(rid)

@@ -31,7 +31,8 @@ class ReferenceAdapter(ReferenceHandoff, ReferenceDpMetadata, ReferenceKv, Refer
     resolve_backend = staticmethod(_placement.resolve_backend)
     placement_env = staticmethod(_placement.placement_env)
     capabilities = frozenset({protocol.HANDOFF, protocol.DP_METADATA, protocol.DP_PADDING, protocol.RANKS, protocol.PLANNER, protocol.STEP,
-                              protocol.STEP_LAWS, protocol.STEP_DRAFT_DRAWS, protocol.STEP_PD, protocol.STEP_RAGGED, protocol.STEP_OVERLAP_TOGGLE,
+                              protocol.STEP_LAWS, protocol.STEP_DRAFT_DRAWS,
+                              protocol.STEP_DRAFT_CONTEXT, protocol.STEP_PD, protocol.STEP_RAGGED, protocol.STEP_OVERLAP_TOGGLE,
                               protocol.STEP_SEEDED_SAMPLING, protocol.RELAY,
                               protocol.VERIFY, protocol.VERIFY_INJECTED_NOISE, protocol.VERIFY_EMPTY_BATCH, protocol.VERIFY_PLACEHOLDERS,
                               protocol.KV, protocol.GRAPH, protocol.PLANNER_MIN_VERIFY_LEN, protocol.PLANNER_EMPTY_BATCH,

@@ -6,7 +6,18 @@ from typing import Optional
 
 import torch
 
-from contracts.boundary.engine import CompactView, DraftDraws, EngineSpec, PlanCase, PlanView, RequestView, SpsSpec, StepLaws, StepView
+from contracts.boundary.engine import (
+    CompactView,
+    DraftContextUpdate,
+    DraftDraws,
+    EngineSpec,
+    PlanCase,
+    PlanView,
+    RequestView,
+    SpsSpec,
+    StepLaws,
+    StepView,
+)
 from dspark import engine as dspark_engine
 from dspark import planner, toy_models
 from dspark.graph_buckets import capture_num_tokens
@@ -33,6 +44,7 @@ class _Handle:
     prefill: object  # the PD prefill-side engine (same models, same seed)
     added: list = field(default_factory=list)
     verify_lens: dict = field(default_factory=dict)  # the last step's, by request
+    context_updates: list = field(default_factory=list)  # the last step's DraftContextUpdate
 
 
 class ReferencePlanner:
@@ -98,8 +110,14 @@ class ReferenceEngine:
         handle.added.extend(r.rid for r in reqs)
 
     def step(self, handle):
-        r = handle.decode.step()
+        eng = handle.decode
+        before = {st.rid: int(st.draft_ctx.shape[0]) for st in eng.rows}
+        r = eng.step()
         handle.verify_lens = dict(zip(r.rids, r.verify_lens))
+        # The rows the step appended to each draft context (a request that left keeps its context in `done`).
+        states = {st.rid: st for st in eng.rows}
+        handle.context_updates = [DraftContextUpdate(rid, before[rid], (states.get(rid) or eng.done[rid])
+                                                     .draft_ctx[before[rid]:].clone()) for rid in r.rids]
         return StepView(r.rids, r.seq_lens, r.verify_lens, r.planned, r.budget, r.correct_lens, r.cap_trim, r.commit_lens,
                         r.new_seq_lens, r.emitted, r.finished)
 
@@ -107,6 +125,13 @@ class ReferenceEngine:
         return [StepLaws(x.rid, x.context, x.candidates, x.params.temperature, x.params.top_k, x.params.top_p,
                          x.target_probs, x.draft_probs, x.draft_logits, x.draft_temperature, x.draft_noise)
                 for x in handle.decode.last_laws]
+
+    def draft_context_updates(self, handle):
+        return list(handle.context_updates)
+
+    def target_features(self, handle, sequence):
+        # The toy target's hidden state of each position, over the whole sequence at once.
+        return handle.decode.target.forward([], [int(t) for t in sequence])[1]
 
     def draft_draws(self, handle):
         # The candidates are the anchor and the whole block; the step verified the first verify_len - 1 drafts.

@@ -1,12 +1,13 @@
 """Decode-loop bugs: an unpredictable verify cap, a wrong resample law, off-by-one commits, a silent relay, row-keyed RNG,
-laws the accept scores with that are not the ones sampled, a planner that never runs, and a PD decode that stops
-speculating."""
+laws the accept scores with that are not the ones sampled, a planner that never runs, a PD decode that stops
+speculating, and a draft context fed its neighbour column's features."""
 
 import torch
 
 from dspark import disaggregation, overlap_utils, sampling, verify
 from dspark.engine import DSparkEngine
 from dspark.engine_types import SamplingParams
+from dspark.mem_cache import DraftContextPool
 from dspark.verify import AcceptOut, Finalized
 
 from . import Mutant
@@ -20,6 +21,7 @@ _real_truncate = DSparkEngine._truncate
 _real_builder = disaggregation.build_dspark_disagg_draft_input
 _real_target_probs = DSparkEngine._target_probs
 _real_admit = DSparkEngine._admit
+_real_append = DraftContextPool.append
 
 
 def _look_ahead_cap(self, proposal):
@@ -167,6 +169,11 @@ def _relay_rows_wrap(self, name, indices):
     return (indices % RING).to(device=self.device, dtype=torch.int64)
 
 
+def _context_gets_the_next_column(self, rows, hidden, counts):
+    """The commit writes verify column j+1's features at position n+j: the right count, every row one column late."""
+    return _real_append(self, rows, torch.roll(hidden, -1, dims=1), counts)
+
+
 MUTANTS = [
     Mutant("look-ahead-verify-cap", ("DIST-001", "DIST-002"), lambda mp: mp.setattr(DSparkEngine, "plan_verify_lens", _look_ahead_cap)),
     Mutant("resample-from-p-not-residual", ("DIST-001",), lambda mp: mp.setattr(verify, "mixed_accept", _resample_from_p)),
@@ -196,6 +203,8 @@ MUTANTS = [
            lambda mp: mp.setattr(overlap_utils.FutureMap, "_rows", _relay_rows_wrap)),
     Mutant("ragged-steps-never-planned", ("LOOP-003", "LOOP-007"),
            lambda mp: mp.setattr(DSparkEngine, "plan_verify_lens", _never_planned)),
+    Mutant("draft-context-gets-the-next-column", ("LOOP-008",),
+           lambda mp: mp.setattr(DraftContextPool, "append", _context_gets_the_next_column)),
     Mutant("pd-decode-stops-speculating", ("LOOP-007",),
            lambda mp: (mp.setattr(DSparkEngine, "plan_verify_lens", _pd_rows_stop_speculating),
                        mp.setattr(DSparkEngine, "_admit", _admit_marking_pd))),

@@ -69,10 +69,12 @@ def _table(header: List[str], rows: List[List[str]]) -> str:
 
 
 def levels() -> Dict[str, List[str]]:
-    """Capabilities grouped by level (the name before the dot), in the order contracts.protocol lists them."""
+    """Capabilities grouped by level (the name before the dot), in the order contracts.protocol lists them; modes
+    (configurations, not features) are left out."""
     out: Dict[str, List[str]] = {}
-    for name in CAPABILITIES:
-        out.setdefault(name.split(".")[0], []).append(name)
+    for name, cap in CAPABILITIES.items():
+        if not cap.mode:
+            out.setdefault(name.split(".")[0], []).append(name)
     return out
 
 

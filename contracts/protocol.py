@@ -38,6 +38,9 @@ STEP_DRAFT_CONTEXT = "step.draft-context"  # per step, the target features each 
 STEP_PD = "step.pd-handoff"  # requests can join a running engine through a PD handoff (add_requests via "pd")
 STEP_RAGGED = "step.ragged"  # the step runs the ragged verify modes (cap-accept, compact), not only static
 STEP_OVERLAP_TOGGLE = "step.overlap-toggle"  # overlap scheduling can be switched on and off between steps
+# A static step verifies the drafter's own confidence-truncated proposal (1 <= L <= gamma+1), not always the whole
+# block: the engine's drafter cuts its block (DeepSpec's evaluator with --confidence_threshold > 0).
+STEP_SELF_TRUNCATING = "step.self-truncating"
 # A sampled request's tokens are a function of (seed, request, prompt, params) alone: randomness keyed per request and
 # step, not drawn from a batch-wide stream (SGLang's default draws from one generator, so its rows depend on companions).
 STEP_SEEDED_SAMPLING = "step.seeded-sampling"
@@ -66,6 +69,9 @@ class Capability:
     protocol: Optional[str]  # "module:Class" in contracts.boundary; None for a pure flag
     methods: Tuple[str, ...] = ()  # a pure flag (a promise about behaviour) adds none
     attributes: Tuple[str, ...] = ()  # plain values the contracts read (e.g. which algorithms a handoff builds)
+    # A configuration the engine runs in, which changes what a contract expects, not a feature it can lack: the
+    # engine matrix does not list it as missing.
+    mode: bool = False
 
 
 # The one table the load-time check reads (contracts.validation): a new capability is one entry here,
@@ -100,6 +106,7 @@ CAPABILITIES: Mapping[str, Capability] = {
     STEP_PD: Capability(None),
     STEP_RAGGED: Capability(None),
     STEP_OVERLAP_TOGGLE: Capability(None),
+    STEP_SELF_TRUNCATING: Capability(None, mode=True),
     STEP_SEEDED_SAMPLING: Capability(None),
     RANKS: Capability("contracts.boundary.ranks:RanksLevel", ("run_rank_scenario",)),
     RANKS_TP: Capability("contracts.boundary.ranks:TpRanksLevel", ("run_tp_scenario",)),

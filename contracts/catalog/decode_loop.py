@@ -41,7 +41,8 @@ def bookkeeping(engine):
 
 @contract("LOOP-003", "per step: 1 <= L <= gamma+1, commit_len = correct_len+1 <= L, sum(L - max(min,1)) <= budget "
           "<= planned*gamma (floor(f*planned*gamma) when forced); static steps and steps without a budget (nothing "
-          "resolved yet) verify all", requires={STEP})
+          "resolved yet) verify all (on an engine whose drafter cuts its own block, step.self-truncating, a static "
+          "step verifies the cut)", requires={STEP})
 def step_planner(engine):
     run_decode_loop(engine, ("planner",), max_examples=MACHINE_EXAMPLES, steps=MACHINE_STEPS)
 

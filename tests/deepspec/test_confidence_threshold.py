@@ -1,10 +1,10 @@
 """DeepSpec with its confidence head truncating proposals (the evaluator's --confidence_threshold > 0), held to the
 step contracts whose statements still apply, and a look-ahead truncation (Appendix A's bias) re-inserted and caught.
 
-`check` runs the pack at threshold 0, the evaluator's default (every proposal is the whole block, so LOOP-003's
-"static steps verify all" holds). With a threshold on, a static step verifies the truncated proposal: LOOP-003 does
-not apply, and these tests run the others on `DeepSpecAdapter(confidence_threshold=0.5)`. Skipped where DeepSpec
-or transformers 5.10.2 is not importable.
+`check` runs the pack at threshold 0, the evaluator's default (every proposal is the whole block). With a threshold
+on, a static step verifies the truncated proposal: the adapter declares step.self-truncating, so LOOP-003 holds it to
+1 <= L <= gamma+1, and these tests run the step contracts on `DeepSpecAdapter(confidence_threshold=0.5)`. Skipped
+where DeepSpec or transformers 5.10.2 is not importable.
 """
 
 import pytest
@@ -47,7 +47,7 @@ def test_truncating_engine_keeps_the_contracts(truncating_engine, contract_id):
     run_contract(all_contracts()[contract_id], truncating_engine, profile="ci")
 
 
-@pytest.mark.parametrize("contract_id", ["LOOP-002", "LOOP-004"])
+@pytest.mark.parametrize("contract_id", ["LOOP-002", "LOOP-003", "LOOP-004"])
 def test_truncating_engine_keeps_the_bookkeeping_once_the_loop_bound_is_corrected(truncating_engine, contract_id):
     with pytest.MonkeyPatch.context() as mp:
         correct_loop_bound(mp)

@@ -8,7 +8,8 @@ DSpark evaluator calls: `verify_draft_tokens` (verify level) and `generate_decod
 version is the tree's commit. DeepSpec runs in its own venv (transformers 5.10.2: scripts/install_deepspec.sh).
 
 `DeepSpecAdapter(confidence_threshold=t)` runs the evaluator with its confidence head truncating proposals at t
-(default 0, the evaluator's default: never). `check` runs the default; tests/deepspec run t = 0.5.
+(default 0, the evaluator's default: never); with t > 0 it declares step.self-truncating (a static step verifies the
+cut, LOOP-003). `check` runs the default; tests/deepspec run t = 0.5.
 
 Declared: verify, verify.distributions, verify.chain-sampling (accept with min(1, p/q), else the residual
 max(p - q, 0)), step, step.seeded-sampling (each request's generation is seeded by the engine seed and its id),
@@ -67,5 +68,7 @@ class DeepSpecAdapter(DeepSpecVerify, DeepSpecStep):
                 or not 0.0 <= confidence_threshold <= 1.0:
             raise ValueError(f"confidence_threshold: in [0, 1] (the evaluator's bound), got {confidence_threshold!r}")
         self.confidence_threshold = float(confidence_threshold)
+        if self.confidence_threshold > 0:  # the confidence head cuts proposals: a static step verifies the cut
+            self.capabilities = type(self).capabilities | {protocol.STEP_SELF_TRUNCATING}
         # Every load: one line naming what to set or run, never a fallback (exit 4 through the load-error path).
         self.version = deepspec_env.import_deepspec()

@@ -25,9 +25,9 @@ build the models (contracts.adapters.deepspec.models); `drafter` picks DeepSpec'
 random = no Markov head (the backbone's parallel logits), oracle = no Markov head either (DeepSpec has no drafter
 that reads the target: LOOP-007 and DRAFT-003 are not declared). The confidence head is built with every Markov
 head and runs at the adapter's `confidence_threshold`, 0 by default (the evaluator's default: it never truncates;
-with a threshold on, a static step verifies the confidence-truncated proposal, so LOOP-003's "static verifies all"
-does not hold by design and that configuration is exercised by tests/deepspec, not by `check`); verify_mode must be
-static.
+with a threshold on, a static step verifies the confidence-truncated proposal and the adapter declares
+step.self-truncating, so LOOP-003 holds it to 1 <= L <= gamma+1, not to "verify all"; that configuration runs in
+tests/deepspec, not in `check`); verify_mode must be static.
 enable_overlap, sample_from_anchor (DeepSpec always samples the first draft from the anchor row), capture_bs,
 pool_size, max_context_len have no DeepSpec counterpart and change nothing. A request's temperature is DeepSpec's
 only sampling knob: top_k 1 is greedy (temperature 0); another top-k or top-p is not applied (DeepSpec has none;

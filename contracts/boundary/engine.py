@@ -198,7 +198,9 @@ class StepLaws:
     draft_probs: torch.Tensor  # [gamma, V]: the draft law the accept scored each draft with
     draft_logits: torch.Tensor  # [gamma, V]: the drafter's logits for each slot
     draft_temperature: float
-    draft_noise: torch.Tensor  # [gamma, V]: Gumbel noise, draft k = argmax(draft_logits[k] / T + draft_noise[k])
+    # [gamma, V]: Gumbel noise, draft k = argmax(draft_logits[k] / T + draft_noise[k]); None where the engine draws
+    # its own noise out of reach (SGLang's in-kernel Philox): the draws are then held to q statistically (DIST-002).
+    draft_noise: Optional[torch.Tensor]
 
 
 class StepLawsLevel(Protocol):

@@ -57,7 +57,9 @@ def _drawn(engine, handle, name: str, step: int, rids, bins: list) -> None:
         n = len(d.verified)
         expect_equal(f"{where}: verified drafts (a prefix of the block drawn)", tuple(d.block[:n]), tuple(d.verified))
         q = d.draft_probs.to(torch.float64)
-        expect_equal(f"{where}: draft laws reported", (n, DRAW_VOCAB), tuple(q.shape))
+        # One law per verified draft, over at least the vocabulary (a model may pad its own past it).
+        expect(q.dim() == 2 and q.shape[0] == n and q.shape[1] >= DRAW_VOCAB, f"{where}: draft laws reported",
+               f"[{n}, >= {DRAW_VOCAB}]", list(q.shape))
         for k, x in enumerate(d.verified):
             total, low = float(q[k].sum()), float(q[k].min())
             expect(abs(total - 1) <= LAW_ATOL and low >= 0, f"{where} draft {k}: its law", "a distribution",

@@ -42,7 +42,7 @@ class SGLangAdapter(SGLangHandoff, SGLangDpMetadata, SGLangKv, SGLangGraph, SGLa
     # whose KV-slot kernel (assign_req_to_token_pool) runs in Triton's interpreter, and each decode-loop example a
     # real Scheduler's steps. `nightly` still runs the share of its 2,000.
     example_shares = {**{f"HANDOFF-{i:03d}": 0.25 for i in range(1, 11)},
-                      **{f"LOOP-{i:03d}": 0.5 for i in range(1, 6)}}
+                      **{f"LOOP-{i:03d}": 0.5 for i in range(1, 7)}}
     # --coverage: SGLang's DSpark code, and the shared parts it meets in a decode step (relay, PD decode, graphs).
     coverage_modules = (
         "sglang.srt.speculative.dspark_components", "sglang.srt.speculative.dspark_disaggregation",
@@ -52,14 +52,15 @@ class SGLangAdapter(SGLangHandoff, SGLangDpMetadata, SGLangKv, SGLangGraph, SGLa
         "sglang.kernels.ops.speculative.ragged_verify_kernels",
     )
     # Not declared: verify.injected-noise (SGLang draws its own coins and Gumbel noise), verify.placeholders
-    # (out_tokens past commit_len keep the rejected drafts), step.laws (SGLang draws its own noise and does not expose
-    # the laws its accept read). `step` runs SGLang's real Scheduler and DSparkWorkerV2 (contracts.adapters.sglang.step)
-    # without step.ragged, step.pd-handoff, step.overlap-toggle and step.seeded-sampling (see that module's limits);
-    # with step.draft-draws (each step's drawn block and the q its sampled accept reads, recorded at `_draft_probs`).
+    # (out_tokens past commit_len keep the rejected drafts). `step` runs SGLang's real Scheduler and DSparkWorkerV2
+    # (contracts.adapters.sglang.step) without step.ragged, step.pd-handoff, step.overlap-toggle and
+    # step.seeded-sampling (see that module's limits); with step.laws (the target and draft laws its sampled accept
+    # reads, recorded at the chain kernel and `_draft_probs`; its draft noise is in-kernel Philox, so none is
+    # reported) and step.draft-draws (each step's drawn block and that q: DIST-002 checks the draws).
     capabilities = frozenset({protocol.HANDOFF, protocol.DP_METADATA, protocol.KV, protocol.GRAPH, protocol.PLANNER,
                               protocol.DRAFT, protocol.VERIFY, protocol.VERIFY_DISTRIBUTIONS, protocol.VERIFY_CHAIN,
                               protocol.VERIFY_CAP_TRIM, protocol.RANKS_TP, protocol.RELAY,
-                              protocol.STEP, protocol.STEP_DRAFT_DRAWS})
+                              protocol.STEP, protocol.STEP_LAWS, protocol.STEP_DRAFT_DRAWS})
 
     def __init__(self):
         sglang_env.check_sglang_installed()  # every load: one line naming the install command, never a fallback

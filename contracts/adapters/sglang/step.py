@@ -71,7 +71,7 @@ from typing import Optional
 
 import torch
 
-from contracts.boundary.engine import DraftDraws, EngineSpec, RequestView, StepView
+from contracts.boundary.engine import DraftDraws, EngineSpec, RequestView, StepLaws, StepView
 from contracts.patching import patched
 
 MODEL_VOCAB = 64  # = hidden size: the target's embedding is the identity
@@ -398,6 +398,7 @@ class _Handle:
     aborted: dict = field(default_factory=dict)  # rid -> its output when aborted
     last_batch_rids: list = field(default_factory=list)
     draws: list = field(default_factory=list)  # the last step's DraftDraws (step.draft-draws)
+    laws: list = field(default_factory=list)  # the last step's StepLaws (step.laws)
 
 
 _GENERATION = [0]
@@ -412,19 +413,30 @@ def _finish_name(reason) -> Optional[str]:
 
 
 @contextlib.contextmanager
-def _recording_draft_probs():
-    """Records what SGLang's sampled accept is handed: `dspark_verify._draft_probs`'s q and the block it scores (its
-    `DraftBlockResult.draft_tokens`), SGLang's own function on SGLang's own values, recomputing nothing."""
+def _recording_accept():
+    """Records what SGLang's sampled accept is handed, SGLang's own values, recomputing nothing: at
+    `dspark_verify._draft_probs`, the drawn block (`DraftBlockResult.draft_tokens`), its step logits and temperatures,
+    and the q it returns; at the chain kernel (`chain_speculative_sampling_triton`), the candidates and the target law."""
+    from sglang.kernels.ops.speculative.dspark import dspark_accept
     from sglang.srt.speculative.dspark_components import dspark_verify
 
-    seen: list = []
+    seen: dict = {"draft": [], "chain": []}
 
-    def recording(draft_block, vocab, device):
-        probs = real(draft_block, vocab, device)
-        seen.append((draft_block.draft_tokens.detach().clone(), probs.detach().to(torch.float64).clone()))
+    def copy(t):  # in SGLang's own dtype: the contracts hold a float32 law to float32 rounding
+        return t.detach().clone()
+
+    def draft_probs(draft_block, vocab, device):
+        probs = real_probs(draft_block, vocab, device)
+        seen["draft"].append((draft_block.draft_tokens.detach().clone(), copy(probs),
+                              copy(draft_block.corrected_logits), copy(draft_block.temperatures)))
         return probs
 
-    with patched(dspark_verify, "_draft_probs", recording) as real:
+    def chain(**kw):
+        seen["chain"].append((kw["candidates"].detach().clone(), copy(kw["target_probs"])))
+        return real_chain(**kw)
+
+    with patched(dspark_verify, "_draft_probs", draft_probs) as real_probs, \
+            patched(dspark_accept, "chain_speculative_sampling_triton", chain) as real_chain:
         yield seen
 
 
@@ -516,13 +528,13 @@ class SGLangStep:
         before = {rid: self._output(handle, rid) for rid in handle.reqs if self._live(handle, rid)}
         seq_before = {rid: self._seq_len(handle, rid) for rid in before}
         with slot.env():
-            with _recording_draft_probs() as drafted:
+            with _recording_accept() as seen:
                 batch = slot.iterate()
             if batch is None or not batch.forward_mode.is_decode():
                 raise RuntimeError(f"SGLang ran {None if batch is None else batch.forward_mode} where a decode step "
                                    f"was due (live requests {sorted(before)})")
         rows = [by_rid[q.rid] for q in batch.reqs if q.rid in by_rid and by_rid[q.rid] in before]
-        handle.draws = self._draws(handle, batch, by_rid, before, drafted)
+        handle.draws, handle.laws = self._sampled_rows(handle, batch, by_rid, before, seen)
         view = StepView(rids=[], seq_lens=[], verify_lens=[], planned=[], budget=None, correct_lens=[], cap_trim=[],
                         commit_lens=[], new_seq_lens=[], emitted=[], finished=[])
         T = handle.spec.gamma + 1
@@ -545,24 +557,33 @@ class SGLangStep:
         return view
 
     @staticmethod
-    def _draws(handle, batch, by_rid, before, drafted) -> list:
-        """The sampled rows of the step: SGLang's drawn block (`DraftBlockResult.draft_tokens`) and the q its sampled
-        accept divides by (`_draft_probs`), by batch row; a static step verifies the whole block."""
-        if not drafted:
-            return []
-        if len(drafted) != 1:
-            raise RuntimeError(f"SGLang's step ran {len(drafted)} sampled accepts; the adapter maps one to the batch rows")
-        (blocks, probs), = drafted
-        v = handle.spec.vocab_size
-        out = []
-        for i, q in enumerate(batch.reqs):
-            rid = by_rid.get(q.rid)
+    def _sampled_rows(handle, batch, by_rid, before, seen) -> tuple:
+        """The step's sampled rows, by batch row: what SGLang's sampled accept read (StepLaws; its draft noise is
+        in-kernel Philox, so none is reported) and the block it scored (DraftDraws; a static step verifies it all)."""
+        if not seen["draft"]:
+            return [], []
+        if len(seen["draft"]) != 1 or len(seen["chain"]) != 1:
+            raise RuntimeError(f"SGLang's step ran {len(seen['draft'])} sampled accepts and {len(seen['chain'])} chain "
+                               "kernels; the adapter maps one of each to the batch rows")
+        (blocks, q, logits, temps), = seen["draft"]
+        (candidates, p), = seen["chain"]
+        draws, laws = [], []
+        for i, req in enumerate(batch.reqs):
+            rid = by_rid.get(req.rid)
             if rid is None or rid not in before or handle.specs[rid].greedy:
                 continue
+            r = handle.specs[rid]
             block = tuple(blocks[i].tolist())
-            # The model's vocabulary is padded past vocab_size; mass there would show as a law not summing to 1.
-            out.append(DraftDraws(rid, block, block, probs[i, :, :v]))
-        return out
+            # Laws over the model's whole vocabulary (padded past vocab_size), as target_next_logits reports logits.
+            draws.append(DraftDraws(rid, block, block, q[i]))
+            context = tuple(r.prompt) + tuple(before[rid][:-1])  # committed tokens before the anchor
+            laws.append(StepLaws(rid, context, candidates[i].tolist(), r.temperature, r.top_k, r.top_p, p[i], q[i],
+                                 logits[i], float(temps[i]), None))
+        return draws, laws
+
+    def step_laws(self, handle) -> list:
+        self._own(handle)
+        return list(handle.laws)
 
     def draft_draws(self, handle) -> list:
         self._own(handle)

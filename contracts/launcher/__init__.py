@@ -23,6 +23,7 @@ from __future__ import annotations
 import inspect
 import math
 import multiprocessing as mp
+import os
 import pickle
 import tempfile
 from dataclasses import dataclass, field
@@ -143,7 +144,8 @@ def launch(program, payload, world_size: int, *, steps: int = 1, timeout_s: Opti
     start_method = _start_method(start_method, backend)
     _picklable(payload)
     with tempfile.TemporaryDirectory(prefix="contracts-ranks-", ignore_cleanup_errors=True) as log_dir:
-        plan = RankPlan(world_size, steps, ops, backend, timeout_s, startup_timeout_s, loopback_ifname(), log_dir)
+        plan = RankPlan(world_size, steps, ops, backend, timeout_s, startup_timeout_s, loopback_ifname(), log_dir,
+                        tuple(sorted(os.environ.items())))
         with Ranks(plan, program, payload, start_method, watchdog_s) as ranks:
             ranks.start()
             reason = ranks.supervise()

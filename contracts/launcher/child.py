@@ -29,6 +29,9 @@ class RankPlan:
     startup_timeout_s: float
     loopback: Optional[str]  # the loopback interface gloo is pinned to; None: none found
     log_dir: str  # each rank's stderr goes to rank<r>.stderr here, quoted when the rank dies
+    # The launching process's environment at this launch. A forkserver (or spawned) rank would otherwise run with the
+    # environment the forkserver started with, which may be another launch's (an env-var setting of a test).
+    environ: Tuple[Tuple[str, str], ...] = ()
 
     @property
     def release_wait_s(self) -> float:
@@ -94,6 +97,9 @@ def _isolate(rank: int, plan: RankPlan) -> None:
     os.dup2(log, 2)  # C++ aborts (gloo) write here; the parent quotes the tail if this rank dies
     os.close(log)
     torch.set_num_threads(1)
+    if plan.environ and dict(os.environ) != dict(plan.environ):
+        os.environ.clear()
+        os.environ.update(plan.environ)
     if plan.backend == "gloo" and plan.loopback:
         os.environ["GLOO_SOCKET_IFNAME"] = plan.loopback  # loopback only
 

@@ -6,13 +6,21 @@ shipped, runs the matching contract against the sglang adapter, and checks the
 violation names the contract and engine, carries a shrunk case and a repro line.
 """
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
+from contracts.engines import load_engine
 from contracts.registry import all_contracts
 from contracts.runner import run_contract
 from contracts.violation import ContractViolation
 from tests.caught import assert_caught, guarded_patches
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _dispatch_falls_through(mp):
@@ -260,17 +268,39 @@ BUGS = [
 ]
 
 
-@pytest.mark.parametrize("patch, contract_id",
-                         [pytest.param(p, cid, id=f"{cid}-{name}") for name, p, ids in BUGS for cid in ids])
-def test_reinserted_bug_is_caught(sglang_engine, patch, contract_id):
+def check_caught(patch, contract_id, engine=None):
+    """The bug patched in, the contract as `dspark-contracts check` runs it, caught; then intact again, it passes."""
+    engine = engine or load_engine("sglang")
     contract = all_contracts()[contract_id]
     with guarded_patches() as mp:
         patch(mp)
         with pytest.raises(ContractViolation) as caught:
-            run_contract(contract, sglang_engine, profile="ci")  # as `dspark-contracts check` runs it
-    assert_caught(caught.value, contract, sglang_engine)  # the shrunk case passes once the bug is gone again
+            run_contract(contract, engine, profile="ci")
+    assert_caught(caught.value, contract, engine)  # the shrunk case passes once the bug is gone again
     if contract.cases is None:  # a fixed-scenario contract: no case to shrink; the intact engine passes it
-        run_contract(contract, sglang_engine, profile="ci")
+        run_contract(contract, engine, profile="ci")
+
+
+def _in_a_fresh_process(patch, contract_id):
+    """Rank processes fork from this one only while it holds no process group (contracts.launcher); once a Scheduler
+    was built here (another test, another order), they come from a forkserver, which a patch made in this process
+    never reaches. The case then runs in a fresh interpreter, where the ranks fork and inherit the patch."""
+    code = (f"from tests.sglang.test_historical_bugs import {patch.__name__} as patch, check_caught; "
+            f"check_caught(patch, {contract_id!r})")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, (run.stdout[-4000:], run.stderr[-4000:])
+
+
+@pytest.mark.parametrize("patch, contract_id",
+                         [pytest.param(p, cid, id=f"{cid}-{name}") for name, p, ids in BUGS for cid in ids])
+def test_reinserted_bug_is_caught(sglang_engine, patch, contract_id):
+    import torch.distributed as dist
+
+    if contract_id.startswith("RANKS-") and dist.is_available() and dist.is_initialized():
+        _in_a_fresh_process(patch, contract_id)
+    else:
+        check_caught(patch, contract_id, sglang_engine)
 
 
 def test_intact_sglang_passes_the_seed_examples(sglang_engine):

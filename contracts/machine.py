@@ -43,7 +43,7 @@ from hypothesis.stateful import (
 from contracts import budget
 from contracts.boundary.engine import RequestSpec
 from contracts.checks import expect, expect_equal
-from contracts.protocol import STEP_OVERLAP_TOGGLE, STEP_PD, STEP_RAGGED, STEP_SELF_TRUNCATING
+from contracts.protocol import STEP_OVERLAP_TOGGLE, STEP_PD, STEP_PD_DECODE, STEP_RAGGED, STEP_SELF_TRUNCATING
 from contracts.strategies.engine import MACHINE_SPECS, request_shapes
 from contracts.violation import Mismatch
 
@@ -98,9 +98,9 @@ class DecodeLoopMachine(RuleBasedStateMachine):
         self._admit(data, via, n)
 
     def _via(self, via: str) -> str:
-        """A PD handoff where the engine admits one (step.pd-handoff), else local prefill. Mapped, not drawn from
-        another list, so the programs an engine with every capability sees stay the same."""
-        return via if via == "local" or STEP_PD in self.engine.capabilities else "local"
+        """Mapped by join_via, not drawn from another list, so the programs an engine with every capability sees
+        stay the same."""
+        return join_via(self.engine, via)
 
     def _new_engine(self, spec):
         self.spec = spec
@@ -303,6 +303,14 @@ def _past_the_ring_requests(vocab_size: int) -> list:
             for i in range(MAX_LIVE - 1)]
 
 
+def join_via(engine, want: str) -> str:
+    """How a request a contract wants to join by `want` ("local" or "pd") joins this engine: a PD decode server
+    (step.pd-decode) takes every request by handoff, an engine without step.pd-handoff prefills every one itself."""
+    if STEP_PD_DECODE in engine.capabilities:
+        return "pd"
+    return want if want == "local" or STEP_PD in engine.capabilities else "local"
+
+
 def engine_specs(engine) -> list:
     """The machine's engine configurations this engine runs: the static ones only without step.ragged."""
     return [s for s in MACHINE_SPECS if s.verify_mode == "static" or STEP_RAGGED in engine.capabilities]
@@ -317,7 +325,7 @@ def run_pinned_program(machine) -> None:
     state, reqs = machine(), _past_the_ring_requests(spec.vocab_size)
     try:
         state._new_engine(spec)
-        state._admit_requests(reqs, "local")
+        state._admit_requests(reqs, join_via(state.engine, "local"))
         state.requests_agree()
         while state.live:
             state._one_step()

@@ -41,6 +41,8 @@ STEP_OVERLAP_TOGGLE = "step.overlap-toggle"  # overlap scheduling can be switche
 # A static step verifies the drafter's own confidence-truncated proposal (1 <= L <= gamma+1), not always the whole
 # block: the engine's drafter cuts its block (DeepSpec's evaluator with --confidence_threshold > 0).
 STEP_SELF_TRUNCATING = "step.self-truncating"
+# Every request joins through a PD handoff: the engine is a PD decode server ("local" admissions are handed over too).
+STEP_PD_DECODE = "step.pd-decode"
 # A sampled request's tokens are a function of (seed, request, prompt, params) alone: randomness keyed per request and
 # step, not drawn from a batch-wide stream (SGLang's default draws from one generator, so its rows depend on companions).
 STEP_SEEDED_SAMPLING = "step.seeded-sampling"
@@ -107,6 +109,7 @@ CAPABILITIES: Mapping[str, Capability] = {
     STEP_RAGGED: Capability(None),
     STEP_OVERLAP_TOGGLE: Capability(None),
     STEP_SELF_TRUNCATING: Capability(None, mode=True),
+    STEP_PD_DECODE: Capability(None, mode=True),
     STEP_SEEDED_SAMPLING: Capability(None),
     RANKS: Capability("contracts.boundary.ranks:RanksLevel", ("run_rank_scenario",)),
     RANKS_TP: Capability("contracts.boundary.ranks:TpRanksLevel", ("run_tp_scenario",)),

@@ -29,6 +29,7 @@ def sample_steps(engine, *, requests: int = REQUESTS, gamma: int = GAMMA, steps:
     if protocol.STEP not in engine.capabilities:
         return {"skipped": "no step level"}
     from contracts.boundary.engine import EngineSpec, RequestSpec
+    from contracts.machine import join_via
 
     if verify_mode is None:  # the modes the decode-loop machine drives this engine in (its engine_specs)
         from contracts.machine import engine_specs
@@ -42,7 +43,7 @@ def sample_steps(engine, *, requests: int = REQUESTS, gamma: int = GAMMA, steps:
                           pool_size=max(16, requests), max_context_len=max_new + 4 * (gamma + 1) + 8)
         handle = engine.new_engine(spec)
         engine.add_requests(handle, [RequestSpec(i, (i % VOCAB, (7 * i + 3) % VOCAB), max_new_tokens=max_new)
-                                     for i in range(requests)], "local")
+                                     for i in range(requests)], join_via(engine, "local"))
         live = set(range(requests))
         for _ in range(steps):
             if not live:

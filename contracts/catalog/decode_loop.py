@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from contracts import oracle, stats
 from contracts.boundary.engine import EngineSpec, LoopCase, RequestSpec
 from contracts.checks import expect, expect_equal
-from contracts.machine import engine_specs, run_decode_loop, single_thread
+from contracts.machine import engine_specs, join_via, run_decode_loop, single_thread
 from contracts.protocol import STEP, STEP_DRAFT_CONTEXT, STEP_LAWS, STEP_PD, STEP_RAGGED, STEP_SEEDED_SAMPLING
 from contracts.registry import contract
 from contracts.strategies.engine import law_cases, loop_cases, request_specs
@@ -77,11 +77,11 @@ def _outputs(engine, spec: EngineSpec, requests, via: str) -> dict:
 def batch_invariance(engine, case: LoopCase):
     if STEP_SEEDED_SAMPLING not in engine.capabilities:  # its sampled rows draw from a batch-wide stream: only greedy
         case = replace(case, requests=tuple(replace(r, temperature=0.0) for r in case.requests))
-    via = "pd" if STEP_PD in engine.capabilities else "local"
+    via = join_via(engine, "pd")
     with single_thread():
         alone = {}
         for r in case.requests:
-            alone.update(_outputs(engine, case.spec, [r], "local"))
+            alone.update(_outputs(engine, case.spec, [r], join_via(engine, "local")))
         companion = RequestSpec(1000, (0,), 1.0, 6)
         flipped = replace(case.spec, enable_overlap=not case.spec.enable_overlap)
         together = _outputs(engine, flipped, [companion] + list(reversed(case.requests)), via)
@@ -108,7 +108,7 @@ def _law_tol(t: torch.Tensor) -> float:
           cases=law_cases, max_examples=30)
 def verify_reads_the_sampled_laws(engine, case: LoopCase):
     handle = engine.new_engine(case.spec)
-    engine.add_requests(handle, list(case.requests), "pd" if STEP_PD in engine.capabilities else "local")
+    engine.add_requests(handle, list(case.requests), join_via(engine, "pd"))
     sampled = {r.rid for r in case.requests if not r.greedy}
     for step in range(MACHINE_STEPS):
         if not any(v.live for v in engine.request_views(handle)):
@@ -141,15 +141,15 @@ def verify_reads_the_sampled_laws(engine, case: LoopCase):
 @contract("LOOP-007", "liveness after a PD handoff: with an oracle drafter (every draft is the target's own greedy token) "
           "and greedy rows, every static-mode step commits gamma+1 tokens per request (or all it has left), and the "
           "planned steps of the other modes (min_verify_len 1, no forced fraction) commit more than one on average, so speculation "
-          "never silently falls back to plain decoding", requires={STEP, STEP_PD}, cases=lambda: loop_cases().map(_oracle_greedy),
-          max_examples=30)
+          "never silently falls back to plain decoding", requires={STEP, STEP_PD},
+          cases=lambda *, engine: _static_unless_ragged(engine).map(_oracle_greedy), max_examples=30)
 def speculation_stays_alive(engine, case: LoopCase):
     handle = engine.new_engine(case.spec)
     T = case.spec.gamma + 1
     # Long enough to outlive the steps without a budget (oracle drafts commit T a step), so planned steps happen.
     lag = engine.overlap_budget_lag(handle) if case.spec.enable_overlap else 0
     requests = [replace(r, max_new_tokens=max(r.max_new_tokens, (lag + 1) * T + 2)) for r in case.requests]
-    engine.add_requests(handle, requests, "pd")
+    engine.add_requests(handle, requests, join_via(engine, "pd"))
     left = {r.rid: r.max_new_tokens - 1 for r in requests}  # the prefill side sampled the first token
     planned_commits = []
     for step in range(MAX_STEPS):
@@ -188,7 +188,7 @@ FEATURE_RTOL = 1e-4  # engines keep features in float32; the oracle recomputes t
           cases=context_cases, max_examples=30)
 def draft_context_gains_the_committed_features(engine, case: LoopCase):
     handle = engine.new_engine(case.spec)
-    engine.add_requests(handle, list(case.requests), "local")
+    engine.add_requests(handle, list(case.requests), join_via(engine, "local"))
     for step in range(MACHINE_STEPS):
         if not any(v.live for v in engine.request_views(handle)):
             return
@@ -214,6 +214,10 @@ def draft_context_gains_the_committed_features(engine, case: LoopCase):
             expect(err <= FEATURE_RTOL * scale, f"{where}: features of positions {n}..{upto - 1} vs the target's own",
                    f"max error <= {FEATURE_RTOL * scale:.3g}", f"max error {err:.3g} (per position: "
                    f"{[round(float(x), 6) for x in (got - want).abs().amax(dim=-1)]})")
+
+
+def _static_unless_ragged(engine):
+    return loop_cases(verify_mode=None if STEP_RAGGED in engine.capabilities else "static")
 
 
 def _oracle_greedy(case: LoopCase) -> LoopCase:
@@ -275,7 +279,7 @@ def sequence_law(engine):
             handle = engine.new_engine(spec)
             t, k, p = settings
             engine.add_requests(handle, [RequestSpec(i, DIST_PROMPT, t, DIST_TOKENS, top_k=k, top_p=p)
-                                         for i in range(n)], "local")
+                                         for i in range(n)], join_via(engine, "local"))
             _drain(engine, handle)
             counts = {}
             for v in engine.request_views(handle):

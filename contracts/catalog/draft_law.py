@@ -23,7 +23,7 @@ from contracts import stats
 from contracts.boundary.engine import EngineSpec, RequestSpec
 from contracts.catalog.decode_loop import MAX_STEPS
 from contracts.checks import expect, expect_equal
-from contracts.machine import single_thread
+from contracts.machine import join_via, single_thread
 from contracts.protocol import STEP, STEP_DRAFT_DRAWS, STEP_RAGGED
 from contracts.registry import contract
 
@@ -87,7 +87,7 @@ def draft_law(engine):
                               max_context_len=32)
             handle = engine.new_engine(spec)
             engine.add_requests(handle, [RequestSpec(i, DRAW_PROMPT, temperature, DRAW_TOKENS)
-                                         for i in range(DRAW_N)], "local")
+                                         for i in range(DRAW_N)], join_via(engine, "local"))
             bins = [0] * PIT_BINS
             live = {v.rid for v in engine.request_views(handle) if v.live}
             for step in range(MAX_STEPS):

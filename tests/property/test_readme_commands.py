@@ -14,6 +14,9 @@ DOCUMENTED = {
     "sglang-chain check": ("docs/engines/sglang.md", [
         "dspark-contracts check --engine sglang-chain --contract VERIFY-001 --contract VERIFY-002 "
         "--contract VERIFY-011 --contract VERIFY-012"]),
+    "sglang-pd check": ("docs/engines/sglang.md", [
+        "dspark-contracts check --engine sglang-pd --contract LOOP-001 --contract LOOP-002 --contract LOOP-003 "
+        "--contract LOOP-004 --contract LOOP-005 --contract LOOP-006 --contract LOOP-007 --contract DIST-002"]),
     "sglang meta-tests": ("docs/engines/sglang.md", ["pytest -q -p no:cacheprovider tests/sglang"]),
     "vllm venv": ("docs/engines/vllm.md", ["python -m venv", "torch==2.13.0", ".[test]"]),
     "vllm install": ("docs/engines/vllm.md", ["bash scripts/install_vllm.sh"]),

@@ -21,6 +21,7 @@ from contracts.adapters.sglang.graph import SGLangGraph
 from contracts.adapters.sglang.handoff import SGLangHandoff
 from contracts.adapters.sglang.kv import SGLangKv
 from contracts.adapters.sglang.ledger import KNOWN_FAILURES
+from contracts.adapters.sglang.pd_step import SGLangPdStep
 from contracts.adapters.sglang.planner import SGLangPlanner
 from contracts.adapters.sglang.ranks import SGLangRanks
 from contracts.adapters.sglang.relay import SGLangRelay
@@ -76,3 +77,17 @@ class SGLangChainAdapter(SGLangAdapter):
 
     name = "sglang-chain"
     use_blockwise_rejection = False
+
+
+class SGLangPdAdapter(SGLangPdStep, SGLangAdapter):
+    """SGLang's step level as a PD decode server: every request is prefilled by SGLang's prefill (a second Scheduler)
+    and joins through SGLang's PD decode path (contracts.adapters.sglang.pd_step), so the decode-loop contracts run
+    where PD handoff meets DSpark, the FutureMap and overlap. Only the step level: the other levels are the same code
+    as `sglang`'s and run there."""
+
+    name = "sglang-pd"
+    capabilities = frozenset({protocol.STEP, protocol.STEP_PD, protocol.STEP_PD_DECODE, protocol.STEP_LAWS,
+                              protocol.STEP_DRAFT_DRAWS})
+    example_shares = {f"LOOP-{i:03d}": 0.5 for i in range(1, 8)}
+    known_failures = ()
+    hardening = {}

@@ -38,7 +38,8 @@ Limits, as capabilities the pack does not declare (the contracts then send no su
 raises NotImplementedError naming the capability, so an unsupported input fails loudly instead of passing):
 * no `step.ragged`: the torch_native attention backend has no ragged (cap-accept / compact) verify layout
   (worker_env substitution 7), so the step runs static verify only.
-* no `step.pd-handoff`: PD handoff (a decode-mode scheduler fed by `process_prebuilt`) is not built.
+* no `step.pd-handoff` here: a Scheduler in the normal mode prefills locally. PD handoff is engine `sglang-pd`
+  (contracts.adapters.sglang.pd_step: a decode-mode Scheduler every request joins through).
 * no `step.overlap-toggle`: SGLang fixes overlap scheduling when the Scheduler is built; `set_overlap`
   accepts only the current value.
 * no `step.seeded-sampling`: SGLang's default sampling draws from one generator and a per-batch counter, so a
@@ -175,7 +176,7 @@ class _Slot:
     """A Scheduler of one (gamma, overlap, sample_from_anchor), its runtime context and the sockets its outputs
     drain into."""
 
-    def __init__(self, gamma: int, overlap: bool, sample_from_anchor: bool):
+    def __init__(self, gamma: int, overlap: bool, sample_from_anchor: bool, **server_args):
         from contracts.adapters.sglang.env import prepare_sglang_import
 
         t = time.perf_counter()
@@ -199,7 +200,7 @@ class _Slot:
             # The scheduler's watchdog SIGQUITs this process's PARENT when no batch progresses for watchdog_timeout
             # (300 s): a Scheduler left idle between contracts, or one slowed by coverage, killed `check`'s caller.
             # A day is never reached by a contract; an engine hang still shows as the contract's own timeout.
-            watchdog_timeout=86400.0, soft_watchdog_timeout=None)
+            watchdog_timeout=86400.0, soft_watchdog_timeout=None, **server_args)
         self.context = create_scheduler_context(self.server_args)
         with scheduler_env(self.context), scheduler_construction():
             self.port_args = PortArgs.init_new(self.server_args)
@@ -399,6 +400,11 @@ class _Handle:
     last_batch_rids: list = field(default_factory=list)
     draws: list = field(default_factory=list)  # the last step's DraftDraws (step.draft-draws)
     laws: list = field(default_factory=list)  # the last step's StepLaws (step.laws)
+    generation: int = 0  # which engine this is, of all built in this process
+    # rid -> finish reason, for a PD handoff whose first token already ends the request (pd_step): SGLang's decode
+    # server finishes it in its next iteration's prebuilt processing, before that iteration's decode.
+    handoff_done: dict = field(default_factory=dict)
+    adds: int = 0  # add_requests calls so far
 
 
 _GENERATION = [0]
@@ -456,27 +462,32 @@ class SGLangStep:
     def new_engine(self, spec: EngineSpec):
         self._check_spec(spec)
         m = models(spec.vocab_size, spec.model_seed, spec.drafter)
-        slot = _slot(spec.gamma, spec.enable_overlap, spec.sample_from_anchor)
+        slot = self._slot_for(spec)
         slot.reset()
         slot.load(m)
         slot.reseed(spec.seed)
         _GENERATION[0] += 1
-        handle = _Handle(spec, slot, m, f"e{_GENERATION[0]:05d}-")
+        handle = _Handle(spec, slot, m, f"e{_GENERATION[0]:05d}-", generation=_GENERATION[0])
         slot.owner = handle
         return handle
+
+    def _slot_for(self, spec):
+        return _slot(spec.gamma, spec.enable_overlap, spec.sample_from_anchor)
 
     def _own(self, handle):
         if handle.slot.owner is not handle:
             raise RuntimeError("this SGLang engine handle's scheduler was taken by a newer engine (one live engine per "
                                "(gamma, overlap, sample_from_anchor) at a time)")
 
-    def _tokenized(self, handle, r):
+    def _tokenized(self, handle, r, *, prefill_only: bool = False):
+        """The request as the TokenizerManager sends it. `prefill_only`: for a PD prefill server, which only prefills
+        (no stop token or length ends it there; the decode server applies them from the first token on)."""
         from sglang.srt.managers.io_struct import TokenizedGenerateReqInput
         from sglang.srt.sampling.sampling_params import SamplingParams
 
-        params = SamplingParams(max_new_tokens=r.max_new_tokens, temperature=r.temperature,
-                                top_k=r.top_k if r.top_k > 0 else -1, top_p=r.top_p,
-                                stop_token_ids=None if r.eos_id is None else [r.eos_id])
+        stop = None if r.eos_id is None or prefill_only else [r.eos_id]
+        params = SamplingParams(max_new_tokens=r.max_new_tokens + (1 if prefill_only else 0), temperature=r.temperature,
+                                top_k=r.top_k if r.top_k > 0 else -1, top_p=r.top_p, stop_token_ids=stop)
         params.normalize(None)  # what the TokenizerManager does before sending
         params.verify(MODEL_VOCAB)
         return TokenizedGenerateReqInput(
@@ -487,14 +498,10 @@ class SGLangStep:
     def add_requests(self, handle, requests, via):
         self._own(handle)
         if via != "local":
-            raise NotImplementedError(f"via {via!r}: the SGLang step level admits local prefill only "
-                                      "(no step.pd-handoff; PD handoff through process_prebuilt is not built)")
+            raise NotImplementedError(f"via {via!r}: engine sglang admits local prefill only (no step.pd-handoff; "
+                                      "engine sglang-pd is SGLang as a PD decode server)")
         requests = list(requests)
-        for r in requests:
-            if r.rid in handle.specs:
-                raise ValueError(f"rid: request {r.rid} was already added")
-            if not r.prompt or max(r.prompt) >= handle.spec.vocab_size or min(r.prompt) < 0:
-                raise ValueError(f"prompt: tokens must be in [0, {handle.spec.vocab_size}), got {r.prompt}")
+        self._check_requests(handle, requests)
         slot, s = handle.slot, handle.slot.scheduler
         new = {handle.prefix + f"{r.rid:06d}": r for r in requests}
         with slot.env():
@@ -517,9 +524,17 @@ class SGLangStep:
                 raise RuntimeError(f"SGLang did not prefill requests {missing} (waiting queue "
                                    f"{len(s.waiting_queue)}, running {s.running_batch.batch_size()})")
 
+    @staticmethod
+    def _check_requests(handle, requests) -> None:
+        for r in requests:
+            if r.rid in handle.specs:
+                raise ValueError(f"rid: request {r.rid} was already added")
+            if not r.prompt or max(r.prompt) >= handle.spec.vocab_size or min(r.prompt) < 0:
+                raise ValueError(f"prompt: tokens must be in [0, {handle.spec.vocab_size}), got {r.prompt}")
+
     def _live(self, handle, rid) -> bool:
         q = handle.reqs.get(rid)
-        return q is not None and rid not in handle.aborted and not q.finished()
+        return q is not None and rid not in handle.aborted and rid not in handle.handoff_done and not q.finished()
 
     def step(self, handle) -> StepView:
         self._own(handle)
@@ -533,6 +548,9 @@ class SGLangStep:
             if batch is None or not batch.forward_mode.is_decode():
                 raise RuntimeError(f"SGLang ran {None if batch is None else batch.forward_mode} where a decode step "
                                    f"was due (live requests {sorted(before)})")
+        late = [by_rid[q.rid] for q in batch.reqs if by_rid.get(q.rid) in handle.handoff_done]
+        if late:
+            raise RuntimeError(f"SGLang decoded requests {late}, whose handed-over first token had already ended them")
         rows = [by_rid[q.rid] for q in batch.reqs if q.rid in by_rid and by_rid[q.rid] in before]
         handle.draws, handle.laws = self._sampled_rows(handle, batch, by_rid, before, seen)
         view = StepView(rids=[], seq_lens=[], verify_lens=[], planned=[], budget=None, correct_lens=[], cap_trim=[],
@@ -638,7 +656,7 @@ class SGLangStep:
                 views.append(RequestView(rid, tuple(r.prompt), out, True, None, seq_len, int(q.output_ids[-1]),
                                          handle.slot.cache_tokens(q, seq_len), seq_len))
             else:
-                reason = "abort" if rid in handle.aborted else _finish_name(q.finished_reason)
+                reason = "abort" if rid in handle.aborted else handle.handoff_done.get(rid) or _finish_name(q.finished_reason)
                 views.append(RequestView(rid, tuple(r.prompt), out, False, reason))
         return views
 

@@ -28,10 +28,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import torch
-
-from contracts.adapters.sglang import step as normal
-from contracts.adapters.sglang.step import SGLangStep, _Slot
+from contracts.adapters.sglang.step import SGLangStep, _Slot, cached_slot
 
 PD_HOST, PD_PORT = "10.255.0.1", 8998  # the prefill side's bootstrap address: never connected to (fake backend)
 
@@ -77,8 +74,8 @@ class _DecodeSlot(_Slot):
             s.last_batch = batch
             return batch
         disable = s.is_disable_overlap_for_batch(batch, last_batch=s.last_batch)
-        if disable and s.last_batch:
-            self._pop()
+        if disable and s.last_batch and s.result_queue:
+            self._pop_and_process()
         result = None
         if batch:
             result = s.run_batch(batch)
@@ -86,21 +83,15 @@ class _DecodeSlot(_Slot):
             s.result_queue.append((batch.copy(), result))
         else:
             s._sched_idled = True
-        if s.last_batch and not disable:
-            self._pop()
+        if s.last_batch and not disable and s.result_queue:
+            self._pop_and_process()
         elif not s.last_batch and batch is None:
             s.on_idle()
         s.launch_batch_sample_if_needed(result, batch)
         while s.result_queue:
-            self._pop()
+            self._pop_and_process()
         s.last_batch = batch
         return batch
-
-    def _pop(self):
-        s = self.scheduler
-        if s.result_queue:
-            done, done_result = s.result_queue.popleft()
-            s.process_batch_result(done, done_result)
 
 
 def _pools(scheduler) -> tuple:
@@ -109,15 +100,15 @@ def _pools(scheduler) -> tuple:
             scheduler.draft_worker.draft_model_runner.token_to_kv_pool)
 
 
-def _kv_rows(scheduler, req, n: int) -> list:
-    slots = scheduler.req_to_token_pool.req_to_token[req.kv.req_pool_idx, :n].to(torch.int64)
+def _kv_rows(slot: _Slot, req, n: int) -> list:
+    slots = slot.row_slots(req, n)
     return [([k[slots].clone() for k in pool.k_buffer], [v[slots].clone() for v in pool.v_buffer])
-            for pool in _pools(scheduler)]
+            for pool in _pools(slot.scheduler)]
 
 
-def _write_kv_rows(scheduler, req, n: int, rows: list) -> None:
-    slots = scheduler.req_to_token_pool.req_to_token[req.kv.req_pool_idx, :n].to(torch.int64)
-    for pool, (ks, vs) in zip(_pools(scheduler), rows):
+def _write_kv_rows(slot: _Slot, req, n: int, rows: list) -> None:
+    slots = slot.row_slots(req, n)
+    for pool, (ks, vs) in zip(_pools(slot.scheduler), rows):
         for buf, val in zip(pool.k_buffer, ks):
             buf[slots] = val
         for buf, val in zip(pool.v_buffer, vs):
@@ -133,7 +124,7 @@ def handoff(dslot: _DecodeSlot, rid: str, room: int, first_token: int, kv: list,
     if not pending:
         return False
     d = pending[0]
-    _write_kv_rows(s, d.req, prompt_len, kv)
+    _write_kv_rows(dslot, d.req, prompt_len, kv)
     bufs, idx = s.disagg_metadata_buffers, d.metadata_buffer_index
     sent = SimpleNamespace(metadata_buffer_index=idx, output_ids=[first_token], cached_tokens=0, cached_tokens_device=0,
                            cached_tokens_host=0, cached_tokens_storage=0, get_mm_token_counts=lambda: (0, 0, 0),
@@ -144,25 +135,12 @@ def handoff(dslot: _DecodeSlot, rid: str, room: int, first_token: int, kv: list,
     return True
 
 
-def _prefill_slot(gamma: int, sample_from_anchor: bool) -> _Slot:
-    key = ("pd-prefill", gamma, sample_from_anchor)
-    if key not in normal._SLOTS:
-        normal._SLOTS[key] = _Slot(gamma, False, sample_from_anchor)
-    return normal._SLOTS[key]
-
-
-def _decode_slot(gamma: int, overlap: bool, sample_from_anchor: bool) -> _DecodeSlot:
-    key = ("pd-decode", gamma, overlap, sample_from_anchor)
-    if key not in normal._SLOTS:
-        normal._SLOTS[key] = _DecodeSlot(gamma, overlap, sample_from_anchor)
-    return normal._SLOTS[key]
-
-
 class SGLangPdStep(SGLangStep):
     """The step level with every request joining through the PD decode path (capability step.pd-decode)."""
 
     def _slot_for(self, spec):
-        return _decode_slot(spec.gamma, spec.enable_overlap, spec.sample_from_anchor)
+        g, overlap, sfa = spec.gamma, spec.enable_overlap, spec.sample_from_anchor
+        return cached_slot(("pd-decode", g, overlap, sfa), lambda: _DecodeSlot(g, overlap, sfa))
 
     def add_requests(self, handle, requests, via):
         self._own(handle)
@@ -179,7 +157,7 @@ class SGLangPdStep(SGLangStep):
             t = self._tokenized(handle, r)
             t.bootstrap_host, t.bootstrap_port, t.bootstrap_room = PD_HOST, PD_PORT, rooms[r.rid]
             tokenized.append(t)
-        names = {handle.prefix + f"{r.rid:06d}": r for r in requests}
+        names = {self._sglang_rid(handle, r): r for r in requests}
         with dslot.env():
             s.process_input_requests(tokenized)
             waiting = set(names)
@@ -215,12 +193,13 @@ class SGLangPdStep(SGLangStep):
 
     def _prefill(self, handle, requests) -> tuple:
         """SGLang's own prefill of the requests on the prefill server: each one's first token and prompt KV rows."""
-        pslot = _prefill_slot(handle.spec.gamma, handle.spec.sample_from_anchor)
+        g, sfa = handle.spec.gamma, handle.spec.sample_from_anchor
+        pslot = cached_slot(("pd-prefill", g, sfa), lambda: _Slot(g, False, sfa))  # not the decode handles' own
         pslot.reset()
         pslot.load(handle.models)
         pslot.reseed(handle.spec.seed * 1_000_003 + handle.adds)  # each admission's prefill draws afresh
         s = pslot.scheduler
-        names = {handle.prefix + f"{r.rid:06d}": r for r in requests}
+        names = {self._sglang_rid(handle, r): r for r in requests}
         firsts, kvs = {}, {}
         with pslot.env():
             # A prefill server only prefills: no stop token or length ends a request there (the decode server
@@ -232,7 +211,7 @@ class SGLangPdStep(SGLangStep):
                     r = names.get(q.rid)
                     if r is not None and q.output_ids and r.rid not in firsts:
                         firsts[r.rid] = int(q.output_ids[0])
-                        kvs[r.rid] = _kv_rows(s, q, len(r.prompt))
+                        kvs[r.rid] = _kv_rows(pslot, q, len(r.prompt))
                 if len(firsts) == len(requests):
                     break
         if len(firsts) != len(requests):

@@ -282,10 +282,14 @@ class _Slot:
             s.on_idle()
         s.launch_batch_sample_if_needed(result, batch)
         while s.result_queue:  # the loop's pop_and_process, before anything else is launched
-            done, done_result = s.result_queue.popleft()
-            s.process_batch_result(done, done_result)
+            self._pop_and_process()
         s.last_batch = batch
         return batch
+
+    def _pop_and_process(self):
+        s = self.scheduler
+        done, done_result = s.result_queue.popleft()
+        s.process_batch_result(done, done_result)
 
     def busy(self) -> bool:
         s = self.scheduler
@@ -364,10 +368,14 @@ class _Slot:
             self._target_table = v.float()
         return self._target_table
 
+    def row_slots(self, req, length: int) -> torch.Tensor:
+        """The KV slots of the request's first `length` positions (its request-to-token row)."""
+        return self.scheduler.req_to_token_pool.req_to_token[req.kv.req_pool_idx, :length].to(torch.int64)
+
     def cache_tokens(self, req, length: int) -> list:
         """The tokens the target's KV cache holds in the request's first `length` slots, decoded from layer 0's V."""
         s = self.scheduler
-        slots = s.req_to_token_pool.req_to_token[req.kv.req_pool_idx, :length].to(torch.int64)
+        slots = self.row_slots(req, length)
         pool = s.tp_worker.model_runner.token_to_kv_pool
         v = pool.get_value_buffer(0)[slots].reshape(length, -1).float()
         dist = torch.cdist(v, self.target_value_table())
@@ -377,11 +385,15 @@ class _Slot:
 _SLOTS: dict = {}
 
 
-def _slot(gamma: int, overlap: bool, sample_from_anchor: bool) -> _Slot:
-    key = (gamma, overlap, sample_from_anchor)
+def cached_slot(key, build) -> _Slot:
+    """The Scheduler cached under `key`, built by `build()` on first use."""
     if key not in _SLOTS:
-        _SLOTS[key] = _Slot(*key)
+        _SLOTS[key] = build()
     return _SLOTS[key]
+
+
+def _slot(gamma: int, overlap: bool, sample_from_anchor: bool) -> _Slot:
+    return cached_slot((gamma, overlap, sample_from_anchor), lambda: _Slot(gamma, overlap, sample_from_anchor))
 
 
 # ---- the step level ---------------------------------------------------------------------------------------------------
@@ -491,7 +503,7 @@ class SGLangStep:
         params.normalize(None)  # what the TokenizerManager does before sending
         params.verify(MODEL_VOCAB)
         return TokenizedGenerateReqInput(
-            rid=handle.prefix + f"{r.rid:06d}", input_text=None, input_ids=array("q", r.prompt), input_embeds=None,
+            rid=self._sglang_rid(handle, r), input_text=None, input_ids=array("q", r.prompt), input_embeds=None,
             mm_inputs=None, token_type_ids=None, sampling_params=params, return_logprob=False, logprob_start_len=-1,
             top_logprobs_num=0, token_ids_logprob=None, stream=False)
 
@@ -503,7 +515,7 @@ class SGLangStep:
         requests = list(requests)
         self._check_requests(handle, requests)
         slot, s = handle.slot, handle.slot.scheduler
-        new = {handle.prefix + f"{r.rid:06d}": r for r in requests}
+        new = {self._sglang_rid(handle, r): r for r in requests}
         with slot.env():
             s.process_input_requests([self._tokenized(handle, r) for r in requests])
             for r in requests:
@@ -523,6 +535,11 @@ class SGLangStep:
             if missing:
                 raise RuntimeError(f"SGLang did not prefill requests {missing} (waiting queue "
                                    f"{len(s.waiting_queue)}, running {s.running_batch.batch_size()})")
+
+    @staticmethod
+    def _sglang_rid(handle, r) -> str:
+        """The rid SGLang knows the request by: unique to this engine (handles share a cached Scheduler)."""
+        return handle.prefix + f"{r.rid:06d}"
 
     @staticmethod
     def _check_requests(handle, requests) -> None:

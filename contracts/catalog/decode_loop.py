@@ -142,7 +142,7 @@ def verify_reads_the_sampled_laws(engine, case: LoopCase):
           "and greedy rows, every static-mode step commits gamma+1 tokens per request (or all it has left), and the "
           "planned steps of the other modes (min_verify_len 1, no forced fraction) commit more than one on average, so speculation "
           "never silently falls back to plain decoding", requires={STEP, STEP_PD},
-          cases=lambda *, engine: _static_unless_ragged(engine).map(_oracle_greedy), max_examples=30)
+          cases=lambda *, engine: loop_cases(engine=engine).map(_oracle_greedy), max_examples=30)
 def speculation_stays_alive(engine, case: LoopCase):
     handle = engine.new_engine(case.spec)
     T = case.spec.gamma + 1
@@ -214,10 +214,6 @@ def draft_context_gains_the_committed_features(engine, case: LoopCase):
             expect(err <= FEATURE_RTOL * scale, f"{where}: features of positions {n}..{upto - 1} vs the target's own",
                    f"max error <= {FEATURE_RTOL * scale:.3g}", f"max error {err:.3g} (per position: "
                    f"{[round(float(x), 6) for x in (got - want).abs().amax(dim=-1)]})")
-
-
-def _static_unless_ragged(engine):
-    return loop_cases(verify_mode=None if STEP_RAGGED in engine.capabilities else "static")
 
 
 def _oracle_greedy(case: LoopCase) -> LoopCase:

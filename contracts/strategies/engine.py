@@ -192,9 +192,17 @@ def request_specs(rid: int, vocab_size: int, *, greedy=None):
     return request_shapes(vocab_size, greedy).map(lambda t: RequestSpec(rid, *t))
 
 
+def _modes_for(engine, verify_mode=None):
+    """The verify mode to draw for an engine: as asked, else static only where it lacks step.ragged (else any)."""
+    if verify_mode is None and engine is not None and STEP_RAGGED not in engine.capabilities:
+        return "static"
+    return verify_mode
+
+
 @st.composite
-def loop_cases(draw, *, verify_mode=None, max_requests=3) -> LoopCase:
-    spec = draw(engine_specs(verify_mode=verify_mode), label="spec")
+def loop_cases(draw, *, verify_mode=None, max_requests=3, engine=None) -> LoopCase:
+    """An engine configuration (one the engine runs, where given) and 1..max_requests requests."""
+    spec = draw(engine_specs(verify_mode=_modes_for(engine, verify_mode)), label="spec")
     n = draw(st.integers(1, max_requests), label="n_requests")
     return LoopCase(spec, tuple(draw(request_specs(i, spec.vocab_size), label=f"request {i}") for i in range(n)))
 
@@ -207,8 +215,7 @@ SAMPLED_SETTINGS = ((1.0, 0, 1.0), (0.5, 0, 1.0), (1.5, 2, 1.0), (1.0, 0, 0.8), 
 def law_cases(draw, max_requests=3, *, engine=None) -> LoopCase:
     """Sampled requests only, each with its own temperature / top-k / top-p, on any engine configuration the engine
     runs (static verify only without step.ragged)."""
-    static = engine is not None and STEP_RAGGED not in engine.capabilities
-    spec = draw(engine_specs(verify_mode="static" if static else None), label="spec")
+    spec = draw(engine_specs(verify_mode=_modes_for(engine)), label="spec")
     reqs = []
     for i in range(draw(st.integers(1, max_requests), label="n_requests")):
         prompt = draw(st.lists(st.integers(0, spec.vocab_size - 1), min_size=1, max_size=4), label=f"prompt {i}")

@@ -44,7 +44,7 @@ class _Handle:
     prefill: object  # the PD prefill-side engine (same models, same seed)
     added: list = field(default_factory=list)
     verify_lens: dict = field(default_factory=dict)  # the last step's, by request
-    context_updates: list = field(default_factory=list)  # the last step's DraftContextUpdate
+    context_before: dict = field(default_factory=dict)  # each stepped request's draft context length before it
 
 
 class ReferencePlanner:
@@ -111,13 +111,9 @@ class ReferenceEngine:
 
     def step(self, handle):
         eng = handle.decode
-        before = {st.rid: int(st.draft_ctx.shape[0]) for st in eng.rows}
+        handle.context_before = {st.rid: int(st.draft_ctx.shape[0]) for st in eng.rows}
         r = eng.step()
         handle.verify_lens = dict(zip(r.rids, r.verify_lens))
-        # The rows the step appended to each draft context (a request that left keeps its context in `done`).
-        states = {st.rid: st for st in eng.rows}
-        handle.context_updates = [DraftContextUpdate(rid, before[rid], (states.get(rid) or eng.done[rid])
-                                                     .draft_ctx[before[rid]:].clone()) for rid in r.rids]
         return StepView(r.rids, r.seq_lens, r.verify_lens, r.planned, r.budget, r.correct_lens, r.cap_trim, r.commit_lens,
                         r.new_seq_lens, r.emitted, r.finished)
 
@@ -127,7 +123,12 @@ class ReferenceEngine:
                 for x in handle.decode.last_laws]
 
     def draft_context_updates(self, handle):
-        return list(handle.context_updates)
+        # Read when asked, as last_laws is: the rows the last step appended to each draft context (a request that
+        # left keeps its context in `done`; a live one's rows stay put until its next step appends after them).
+        eng = handle.decode
+        states = {st.rid: st for st in eng.rows}
+        return [DraftContextUpdate(rid, n, (states.get(rid) or eng.done[rid]).draft_ctx[n:].clone())
+                for rid, n in handle.context_before.items()]
 
     def target_features(self, handle, sequence):
         # The toy target's hidden state of each position, over the whole sequence at once.

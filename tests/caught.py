@@ -62,6 +62,16 @@ def guarded_patches():
                              "models no bug until fixed")
 
 
+def violation_with(patch, contract, engine, **settings):
+    """The contract's violation as `check` runs it (contracts.runner.violation_of), with the bug `patch(mp)` puts
+    into the engine applied through guarded_patches."""
+    from contracts.runner import violation_of
+
+    with guarded_patches() as mp:
+        patch(mp)
+        return violation_of(contract, engine, **settings)
+
+
 def assert_caught(violation, contract, engine) -> None:
     """The violation is this contract's on this engine, and its repro line replays it there; the shrunk case passes
     on the engine as it is when called (the intact one), so the failure was the bug's. A fixed-scenario contract has

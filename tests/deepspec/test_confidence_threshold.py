@@ -13,9 +13,9 @@ from contracts.adapters.deepspec import env as deepspec_env
 from contracts.adapters.deepspec.corrections import correct_loop_bound
 from contracts.boundary.engine import EngineSpec, RequestSpec
 from contracts.registry import all_contracts
-from contracts.runner import run_contract, violation_of
+from contracts.runner import run_contract
 from contracts.violation import is_engine_crash
-from tests.caught import guarded_patches
+from tests.caught import violation_with
 
 pytestmark = pytest.mark.skipif(deepspec_env.deepspec_unavailable_reason() is not None,
                                 reason=str(deepspec_env.deepspec_unavailable_reason()))
@@ -72,8 +72,6 @@ def _confidence_reads_its_own_draft(mp):
 @pytest.mark.parametrize("contract_id", ["DIST-001", "DIST-002"])
 def test_anticipating_truncation_is_caught(truncating_engine, contract_id):
     contract = all_contracts()[contract_id]
-    with guarded_patches() as mp:
-        _confidence_reads_its_own_draft(mp)
-        violation = violation_of(contract, truncating_engine)
+    violation = violation_with(_confidence_reads_its_own_draft, contract, truncating_engine)
     assert not is_engine_crash(violation.what), str(violation)
     assert violation.contract_id == contract_id and "goodness of fit" in violation.what, str(violation)

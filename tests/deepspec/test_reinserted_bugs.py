@@ -15,9 +15,9 @@ from contracts.adapters.deepspec import env as deepspec_env
 from contracts.adapters.deepspec.corrections import correct_loop_bound
 from contracts.engines import engine_label, engine_spec
 from contracts.registry import all_contracts
-from contracts.runner import run_contract, violation_of
+from contracts.runner import run_contract
 from contracts.violation import is_engine_crash
-from tests.caught import assert_caught, guarded_patches
+from tests.caught import assert_caught, violation_with
 
 pytestmark = pytest.mark.skipif(deepspec_env.deepspec_unavailable_reason() is not None,
                                 reason=str(deepspec_env.deepspec_unavailable_reason()))
@@ -139,9 +139,7 @@ BUGS = [
                          [pytest.param(p, cid, id=f"{cid}-{name}") for name, p, ids in BUGS for cid in ids])
 def test_reinserted_bug_is_caught(deepspec_engine, patch, contract_id):
     contract = all_contracts()[contract_id]
-    with guarded_patches() as mp:
-        patch(mp)
-        violation = violation_of(contract, deepspec_engine)
+    violation = violation_with(patch, contract, deepspec_engine)
     with pytest.MonkeyPatch.context() as mp:  # the intact engine (its ledger finding corrected) passes again
         correct_loop_bound(mp)
         _assert_caught(violation, contract, deepspec_engine)

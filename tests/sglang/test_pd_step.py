@@ -11,8 +11,8 @@ import pytest
 from contracts.boundary.engine import EngineSpec, RequestSpec
 from contracts.engines import load_engine
 from contracts.registry import all_contracts
-from contracts.runner import run_contract, violation_of
-from tests.caught import assert_caught, guarded_patches
+from contracts.runner import run_contract
+from tests.caught import assert_caught, violation_with
 
 
 @pytest.fixture(scope="module")
@@ -64,10 +64,7 @@ BUGS = [
                          [pytest.param(p, cid, id=f"{cid}-{name}") for name, p, ids in BUGS for cid in ids])
 def test_reinserted_pd_bug_is_caught(pd_engine, patch, contract_id):
     contract = all_contracts()[contract_id]
-    with guarded_patches() as mp:
-        patch(mp)
-        violation = violation_of(contract, pd_engine)
-    assert_caught(violation, contract, pd_engine)
+    assert_caught(violation_with(patch, contract, pd_engine), contract, pd_engine)
 
 
 def test_liveness_after_the_pd_handoff(pd_engine):

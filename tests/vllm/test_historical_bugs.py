@@ -12,8 +12,8 @@ import torch
 
 from contracts.adapters.vllm.corrections import correct_dp_padding, correct_expand
 from contracts.registry import all_contracts
-from contracts.runner import run_contract, violation_of
-from tests.caught import assert_caught, guarded_patches
+from contracts.runner import run_contract
+from tests.caught import assert_caught, violation_with
 
 
 def _greedy_bonus_after_rejection(mp):
@@ -138,9 +138,7 @@ BUGS = BUGS + DP_BUGS
                          [pytest.param(p, cid, id=f"{cid}-{name}") for name, p, ids in BUGS for cid in ids])
 def test_reinserted_bug_is_caught(vllm_engine, patch, contract_id):
     contract = all_contracts()[contract_id]
-    with guarded_patches() as mp:
-        patch(mp)
-        violation = violation_of(contract, vllm_engine)
+    violation = violation_with(patch, contract, vllm_engine)
     with pytest.MonkeyPatch.context() as mp:  # the intact engine (its ledger findings corrected) passes again
         correct_expand(mp)
         correct_dp_padding(mp)

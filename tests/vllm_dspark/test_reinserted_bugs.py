@@ -11,9 +11,8 @@ import pytest
 import torch
 
 from contracts.registry import all_contracts
-from contracts.runner import violation_of
 from contracts.violation import is_engine_crash
-from tests.caught import guarded_patches
+from tests.caught import violation_with
 
 
 def _target_rows_one_late(mp):
@@ -86,9 +85,7 @@ BUGS = [
 @pytest.mark.parametrize("patch, contract_id", [pytest.param(p, cid, id=f"{cid}-{name}") for name, p, cid in BUGS])
 def test_reinserted_bug_is_caught(vllm_dspark_engine, patch, contract_id):
     contract = all_contracts()[contract_id]
-    with guarded_patches() as mp:
-        patch(mp)
-        violation = violation_of(contract, vllm_dspark_engine, max_examples=25)
+    violation = violation_with(patch, contract, vllm_dspark_engine, max_examples=25)
     # The contract's own check caught it, not an engine exception; the repro names the engine; the shrunk case
     # passes on the intact engine, so the failure was the bug's.
     assert not is_engine_crash(violation.what), f"caught by an engine exception, not by the contract: {violation}"

@@ -274,6 +274,22 @@ def prepare_sglang_import() -> None:
     _PREPARED = True
 
 
+def scratch_dir(prefix: str) -> str:
+    """A temporary directory (configs, tables SGLang reads from disk) removed when the creating process exits.
+
+    Only the creator removes it: forked rank processes inherit the path and exit before the parent is done with it.
+    """
+    import atexit
+    import os
+    import shutil
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix=prefix)
+    owner = os.getpid()
+    atexit.register(lambda: os.getpid() == owner and shutil.rmtree(path, ignore_errors=True))
+    return path
+
+
 # --------------------------------------------------------------------------------------
 # scoped monkeypatches (never applied globally)
 # --------------------------------------------------------------------------------------

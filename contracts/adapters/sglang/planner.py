@@ -17,11 +17,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 from types import SimpleNamespace
 
 import torch
 
+from contracts.adapters.sglang import env as sglang_env
 from contracts.adapters.sglang.runtime import CPU, runtime, single_rank_tp_sync
 from contracts.boundary.engine import CompactView, PlanCase, PlanView, SpsSpec
 
@@ -61,7 +61,7 @@ class SGLangPlanner:
     def _table_path(self, sps):
         if sps is None:
             return None
-        d = getattr(self, "_sps_dir", None) or tempfile.mkdtemp(prefix="dspark-contracts-sps-")
+        d = getattr(self, "_sps_dir", None) or sglang_env.scratch_dir("dspark-contracts-sps-")
         self._sps_dir = d
         path = os.path.join(d, f"sps-{abs(hash(sps))}.json")
         if not os.path.exists(path):

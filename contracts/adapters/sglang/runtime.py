@@ -24,7 +24,6 @@ import contextlib
 import functools
 import json
 import os
-import tempfile
 from array import array
 
 import torch
@@ -66,7 +65,7 @@ class Runtime:
             speculative_algorithm="DSPARK", speculative_num_draft_tokens=6, page_size=1, device="cpu",
             attention_backend="torch_native")  # torch_native: the paged last-location lookup has a torch path
         override.install()
-        self._dir = tempfile.mkdtemp(prefix="dspark-contracts-sglang-")
+        self._dir = sglang_env.scratch_dir("dspark-contracts-sglang-")
         with open(os.path.join(self._dir, "config.json"), "w") as f:
             json.dump(dict(architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=VOCAB, hidden_size=64,
                            intermediate_size=128, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,

@@ -62,7 +62,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 import time
 from array import array
 from collections import deque
@@ -72,6 +71,7 @@ from typing import Optional
 
 import torch
 
+from contracts.adapters.sglang import env as sglang_env
 from contracts.boundary.engine import DraftDraws, EngineSpec, RequestView, StepLaws, StepView
 from contracts.patching import patched
 
@@ -134,7 +134,7 @@ def _rms_scale(eps: float) -> float:
 
 @lru_cache(maxsize=None)
 def _checkpoint_dir() -> str:
-    return tempfile.mkdtemp(prefix="dspark-contracts-sglang-step-")
+    return sglang_env.scratch_dir("dspark-contracts-sglang-step-")
 
 
 def _target_dir() -> str:

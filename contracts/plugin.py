@@ -21,18 +21,19 @@ from contracts.engines import EngineLoadError, chosen_engine, load_engine, pack_
 from contracts.report import HARDENING, HARNESS_ERROR, HARNESS_KEYS, ContractTable, engine_properties, failure_properties
 from contracts.violation import HarnessError, find_violation, harness_error
 
-OPT_IN = ("bench", "nightly", "triton")  # collected only when -m names them
+OPT_IN = ("bench", "e2e", "nightly", "triton")  # collected only when -m names them
 profiles.register()  # at import, so `--hypothesis-profile dev` resolves in Hypothesis' own configure
 
 MARKERS = {
-    "cpu": "runs without an accelerator (added to every test not marked gpu/b300/bench/nightly/triton)",
+    "cpu": "runs without an accelerator (added to every test not marked gpu/b300/bench/e2e/nightly/triton)",
     "gpu": "needs a CUDA device; also tagged b300 so GPU runners select it with -m b300",
     "b300": "runs on the B300 GPU runners; b300-only tests also need compute capability 10.3",
     "bench": "a benchmark (pytest-benchmark); collected only when -m mentions bench",
     "nightly": "repetition and depth for the nightly run; collected only when -m mentions nightly",
     "triton": "runs the Triton kernels through the interpreter for a minute or more; collected only when -m mentions triton",
     "stat": "a statistical contract with a fixed seed and a stated false-alarm rate",
-    "slow": "takes more than a few seconds",
+    "e2e": "end to end: a whole check or pytest session, a new interpreter, spawned ranks waiting out a timeout; collected only "
+           "when -m mentions e2e (CI runs `pytest -m e2e` as its own step)",
     "contract(id)": "the contract a test checks (set by the packaged suite)",
 }
 _TABLE = pytest.StashKey[ContractTable]()

@@ -45,6 +45,7 @@ def toy(tmp_path):
     return tmp_path
 
 
+@pytest.mark.e2e
 def test_an_untested_version_runs_and_says_so_in_the_header_the_json_and_the_page(toy):
     out = toy / "r.json"
     p = inprocess.check("--engine", "toy_engine:make", *FAST, "--json", str(out), path=[toy])
@@ -63,6 +64,7 @@ def test_strict_version_refuses_an_untested_version_in_one_line(toy):
     assert len(err.splitlines()) == 1 and err.startswith(f"dspark-contracts: {UNTESTED}: refused by --strict-version"), err
 
 
+@pytest.mark.e2e
 def test_the_reference_engine_is_tested_and_passes_strict_version(tmp_path):
     out = tmp_path / "r.json"
     p = inprocess.check(*FAST, "--strict-version", "--json", str(out))
@@ -79,6 +81,7 @@ def _summary(stdout: str) -> list:
     return lines[start + 1:]
 
 
+@pytest.mark.e2e
 def test_the_plugin_heads_its_table_with_the_version_line_and_takes_strict_version(toy):
     argv = ("-q", "-p", "no:cacheprovider", "contracts/suite", "--engine", "toy_engine:make", "--contract", "SCALE-001")
     p = inprocess.pytest_run(*argv, env={"CI": "true"}, path=[toy])
@@ -104,6 +107,7 @@ def test_the_plugin_hands_the_table_to_a_hook_and_still_writes_contracts_json(py
     assert json.loads(out.read_text())["contracts"][0]["id"] == "DPSYNC-001"
 
 
+@pytest.mark.e2e
 def test_json_on_stdout_is_all_that_goes_there(tmp_path):
     xml = tmp_path / "r.xml"
     p = inprocess.check(*FAST, "--json", "-", "--junitxml", str(xml))
@@ -138,6 +142,7 @@ def in_tmp_dir(tmp_path, monkeypatch):
     sys.modules.pop("my_engine", None)  # a later test's my_engine.py is another module
 
 
+@pytest.mark.e2e
 def test_a_module_factory_in_the_current_directory_loads_in_process(in_tmp_dir):
     (in_tmp_dir / "my_engine.py").write_text(MINE)
     assert importlib.util.find_spec("my_engine") is None  # not importable as sys.path stands
@@ -156,7 +161,7 @@ def _console_script() -> list:
     return [str(script)] if script.exists() else [sys.executable, "-P", "-m", "contracts.cli"]  # -P: no cwd on sys.path
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_as_a_user_runs_it_on_xdist_workers_with_json_on_dev_stdout_and_the_repro_pasted_there(tmp_path):
     """From the folder holding my_engine.py, no PYTHONPATH: the console script loads it, so do both xdist workers
     (DPSYNC-001 passes and SCALE-001 fails as this engine does, on the workers), stdout piped on holds the JSON alone,

@@ -121,6 +121,7 @@ WARNS = textwrap.dedent("""
 """)
 
 
+@pytest.mark.e2e
 def test_check_counts_engine_warnings_and_prints_them_with_the_flag(tmp_path):
     (tmp_path / "warns_engine.py").write_text(WARNS)
     args = ("--engine", "warns_engine:Warns", "--contract", "SCALE-001", "--profile", "ci")

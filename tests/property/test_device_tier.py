@@ -129,6 +129,7 @@ def test_the_plugin_checks_its_options_before_any_test(pytester):
 # --- the reports ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 @interpreter
 def test_table_json_html_and_header_show_device_and_backend(tmp_path):
     out, html = tmp_path / "r.json", tmp_path / "r.html"
@@ -190,6 +191,7 @@ def test_repro_lines_replay_on_the_same_device_and_backend():
 # --- pytest -m b300 and the GPU script -------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 @no_cuda
 def test_b300_without_cuda_collects_and_skips_everything():
     p = inprocess.pytest_run("-m", "b300", "-q", "-p", "no:cacheprovider", "--allow-no-gpu")
@@ -205,6 +207,7 @@ def test_gpu_check_parses():
     assert p.returncode == 0, p.stderr
 
 
+@pytest.mark.e2e
 @no_cuda
 def test_gpu_check_without_cuda_says_so_and_writes_nothing(tmp_path):
     out = tmp_path / "out"
@@ -224,6 +227,7 @@ def _dry_run(tmp_path):
     return [s[3:] for s in steps]  # without `timeout N python`
 
 
+@pytest.mark.e2e
 def test_gpu_check_steps_are_runnable_commands(tmp_path):
     """Each step as the script would run it: the pytest steps collect (their files, markers and options exist),
     the contract step's arguments are valid up to the device (on a CPU machine: the one-line CUDA refusal)."""

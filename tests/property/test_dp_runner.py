@@ -132,6 +132,7 @@ def test_idle_rank_that_skips_a_collective_is_named_within_the_timeout():
     assert (caught.value.rank, caught.value.kind, caught.value.step) == (1, "desync", 1)
 
 
+@pytest.mark.e2e
 def test_skip_in_the_last_collective_still_fails_by_timeout():
     cfg = DpRunConfig(2, ((1, 1), (3, 0)))  # rank 1 is idle only in the last step
     t0 = time.monotonic()
@@ -150,7 +151,7 @@ def test_ranks_mutants_name_the_faulty_rank(mutant):
         assert f"rank {rank_mutants.FAULTY_RANK}" in caught.value.what, str(caught.value)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_fault_reaches_spawned_ranks():
     """Under spawn the children re-import dspark: the program class must travel as data.
 

@@ -13,6 +13,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 DSPARK, LAUNCHER = ROOT / "dspark", ROOT / "contracts" / "launcher"
 MODULE_PATH = re.compile(r"contracts(\.\w+)*(:[\w.]+)?")  # "contracts.adapters.vllm.dp", "contracts.x:Program"
@@ -81,6 +83,7 @@ _RUN = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.e2e
 def test_dspark_loads_no_contracts_module_at_run_time():
     out = subprocess.run([sys.executable, "-c", _RUN], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -122,6 +122,7 @@ def test_payload_and_launch_settings_reach_the_program():
     assert result.observations == [[(r, {"x": (1, 2)}, "gloo", 7.0)] for r in range(2)]
 
 
+@pytest.mark.e2e
 def test_a_skipped_collective_is_a_desync_naming_the_rank():
     t0 = time.monotonic()
     with pytest.raises(RankFailure, match="rank 1 is out of step") as caught:
@@ -130,6 +131,7 @@ def test_a_skipped_collective_is_a_desync_naming_the_rank():
     assert (caught.value.rank, caught.value.kind, caught.value.step, caught.value.op) == (1, "desync", 2, "b")
 
 
+@pytest.mark.e2e
 def test_an_extra_collective_is_a_desync_naming_the_rank():
     with pytest.raises(RankFailure, match="rank 1 is out of step") as caught:
         launch(RepeatsA, 3, 3, steps=3, timeout_s=1.0)
@@ -167,6 +169,7 @@ def test_a_rank_that_raises_is_named_with_its_error_and_traceback():
     assert 'raise ValueError("injected failure")' in caught.value.tracebacks[1]
 
 
+@pytest.mark.e2e
 def test_a_stalled_rank_turns_into_a_timeout_naming_it():
     t0 = time.monotonic()
     with pytest.raises(RankFailure, match="rank 1 never reached") as caught:
@@ -177,6 +180,7 @@ def test_a_stalled_rank_turns_into_a_timeout_naming_it():
     assert "timed out" in str(caught.value).lower()
 
 
+@pytest.mark.e2e
 def test_the_watchdog_catches_a_hang_no_collective_reports():
     t0 = time.monotonic()
     with pytest.raises(RankFailure, match=r"rank 1 never reached .*watchdog: no progress for 1s") as caught:
@@ -185,6 +189,7 @@ def test_the_watchdog_catches_a_hang_no_collective_reports():
     assert (caught.value.rank, caught.value.kind) == (1, "timeout")
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("timeout_s, startup_timeout_s, reason", [
     (5.0, 1.0, "ranks did not start within 1s"),  # the parent's startup timeout comes first
     (1.0, 8.0, "a rank failed"),  # rank 0's rendezvous times out first: it is the symptom, not the fault
@@ -204,12 +209,14 @@ def test_a_rank_that_never_joins_is_a_startup_failure(monkeypatch, timeout_s, st
     assert (caught.value.rank, caught.value.kind) == (1, "startup")
 
 
+@pytest.mark.e2e
 def test_a_slow_build_is_startup_not_a_stalled_collective():
     # Rank 1 builds for 3x the collective timeout; rank 0, built at once, must not time out in its first collective.
     result = launch(SlowBuild, (2, 3.0), 2, steps=2, timeout_s=1.0, startup_timeout_s=20.0)
     assert [len(obs) for obs in result.observations] == [2, 2]
 
 
+@pytest.mark.e2e
 def test_a_build_that_never_ends_is_a_startup_failure_naming_the_rank():
     t0 = time.monotonic()
     with pytest.raises(RankFailure, match=r"rank 1 never finished building its rank program \(ranks \[0\] wait for it\)"
@@ -230,7 +237,7 @@ def test_an_undeclared_collective_is_refused_in_the_rank():
         launch(UnknownOp, 1, 2, timeout_s=5.0)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_program_defined_in_a_test_module_reaches_spawned_ranks():
     """Under spawn the rank imports this module afresh, found through the program reference's root (pytest imports
     it by path). One rank: a spawned rank imports torch afresh, which costs seconds on this machine."""
@@ -280,6 +287,7 @@ def test_the_default_timeout_is_read_at_call_time(monkeypatch):
     assert launch(NoCollectives, None, 1).observations == [[(0, None, "gloo", 3.5)]]
 
 
+@pytest.mark.e2e
 def test_ranks_come_from_a_forkserver_where_this_process_holds_a_process_group(tmp_path):
     """An engine may hold its own torch.distributed group in this process (SGLang's scheduler does, at the step
     level). A forked rank inherits its gloo threads broken and cannot form another group (a segfault or 'initialize

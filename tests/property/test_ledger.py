@@ -89,6 +89,7 @@ _CONFTEST = """
 """
 
 
+@pytest.mark.e2e
 def test_a_known_failure_that_passes_fails_the_run(pytester):
     pytester.makeconftest(_CONFTEST.format(field="scaled", mutate="pass"))
     pytester.makepyfile(test_x="from contracts.suite.test_contracts import test_contract")

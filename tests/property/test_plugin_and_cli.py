@@ -10,6 +10,7 @@ import pytest
 from tests import inprocess
 
 
+@pytest.mark.e2e
 def test_check_prints_the_table_and_writes_json(tmp_path):
     out = tmp_path / "r.json"
     p = inprocess.check("--contract", "HANDOFF-001", "--contract", "DPSYNC-001", "--json", str(out), "--profile", "ci")
@@ -37,6 +38,7 @@ PARTIAL = textwrap.dedent("""
 """)
 
 
+@pytest.mark.e2e
 def test_engine_from_module_factory_and_env_var(tmp_path):
     # A user's engine that only exposes the dp-metadata level: handoff contracts skip with a reason.
     (tmp_path / "my_engine.py").write_text(PARTIAL)
@@ -56,6 +58,7 @@ def test_engine_from_module_factory_and_env_var(tmp_path):
     assert (tmp_path / "my_engine.py.loads").read_text().splitlines() == ["load"]  # loaded once, not per phase
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("extra, code, words", [
     (["--contract", "HANDOFF-001"], 3, "nothing ran on engine partial (my_engine:Partial): 1 skipped"),
     (["--contract", "handoff-001", "--contract", "SCALE-001", "--require", "handoff"], 3, "--require handoff: skipped HANDOFF-001"),

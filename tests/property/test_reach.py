@@ -11,6 +11,7 @@ from contracts.cli import main
 pytestmark = pytest.mark.skipif(reach.coverage_missing() is not None, reason="coverage.py is not installed")
 
 
+@pytest.mark.e2e
 def test_coverage_reports_each_declared_module(tmp_path, capsys):
     out = tmp_path / "run.json"
     # RANKS-001 runs in rank processes only: its code counts only if the children are measured.
@@ -31,6 +32,7 @@ def test_module_files_are_found_without_importing(monkeypatch):
     assert len(reach.module_files("dspark.verify")) >= 5 and reach.module_files("dspark.nope") == []
 
 
+@pytest.mark.e2e
 def test_rank_processes_are_measured(tmp_path):
     """The DP rank program (dspark.dp_runner's RankProgram.step) runs only in the ranks: it is covered."""
     folder = tmp_path / "cov"
@@ -62,6 +64,7 @@ def test_coverage_modules_that_do_not_exist_are_named_exit_4(tmp_path, monkeypat
                                 "dspark.no_such_module do not exist in the installed engine"], err
 
 
+@pytest.mark.e2e
 def test_a_baseline_names_the_lines_this_run_newly_covered(tmp_path, capsys):
     """Against a run of one contract, a run of another reports exactly the engine lines the first did not execute."""
     first, second = tmp_path / "first.json", tmp_path / "second.json"

@@ -8,6 +8,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # CI steps other than the quick start: the page that documents each, and fragments that must appear both in the
 # step's command in .ci/run and in that page (so a renamed flag or script fails here, not in a reader's shell).
 DOCUMENTED = {
+    "e2e tests": ("docs/cli.md", ["pytest -m e2e"]),
     "triton check": ("docs/gpu.md", ["dspark-contracts check --backend triton"]),
     "sglang install": ("docs/engines/sglang.md", ["bash scripts/install_sglang.sh"]),
     "sglang check": ("docs/engines/sglang.md", ["dspark-contracts check --engine sglang"]),

@@ -57,6 +57,7 @@ def failing_run(tmp_path_factory):
     return inprocess.check(*argv[1:], env={"CI": "true"}, path=[tmp]), paths, tmp
 
 
+@pytest.mark.e2e
 def test_a_failed_contract_exits_1(failing_run):
     p, _, _ = failing_run
     assert p.returncode == 1, p.stdout + p.stderr
@@ -81,6 +82,7 @@ def test_json_carries_engine_profile_and_the_violation(failing_run):
     assert [s["tau"] >= 1 for s in data["step_sample"]["steps"]] == [True] * 12
 
 
+@pytest.mark.e2e
 def test_the_repro_line_replays_the_failure(failing_run):
     data, tmp = json.loads(failing_run[1]["json"].read_text()), failing_run[2]
     repro = {r["id"]: r for r in data["contracts"]}["SCALE-001"]["failure"]["repro"]
@@ -194,6 +196,7 @@ def test_render_refuses_what_is_not_a_run():
         bar_chart("t", [1, 2], [1])
 
 
+@pytest.mark.e2e
 def test_failure_fields_survive_xdist(tmp_path):
     pytest.importorskip("xdist")
     (tmp_path / "bad_engine.py").write_text(DOUBLING)

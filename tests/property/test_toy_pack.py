@@ -12,6 +12,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 TOY_PACK = '''
@@ -92,6 +94,7 @@ def _install_toy(where: Path) -> None:
     (info / "entry_points.txt").write_text("[dspark_contracts.engines]\ntoy = toy_dspark_pack:ToyAdapter\n")
 
 
+@pytest.mark.e2e
 def test_a_toy_pack_loads_runs_and_reports_without_a_core_edit(tmp_path):
     _install_toy(tmp_path)
     before = _tree_digest(ROOT / "contracts")

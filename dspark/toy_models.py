@@ -165,8 +165,13 @@ class ToyDrafter:
                     gumbel: torch.Tensor, query_token_num: int):
         hidden = self.block_hidden(ctx_hiddens, anchors, query_token_num)
         hidden = hidden[:, query_token_num - gamma:]  # sample_from_anchor=False drops the anchor row
-        base = hidden @ self.Wout  # [bs, gamma, V]
-        bs = anchors.shape[0]
+        return self.sample_block(hidden @ self.Wout, hidden, anchors, temperatures, gumbel)
+
+    def sample_block(self, base: torch.Tensor, hidden: torch.Tensor, anchors: torch.Tensor, temperatures: torch.Tensor,
+                     gumbel: torch.Tensor):
+        """The sequential part of the block: draft k from base[:, k] plus the Markov bias of the token before it (the
+        anchor, then the block's own drafts). Returns (tokens, the logits each was drawn from, confidences)."""
+        bs, gamma = base.shape[:2]
         tokens = torch.zeros(bs, gamma, dtype=torch.int64)
         logits = torch.zeros(bs, gamma, self.vocab_size, dtype=F64)
         conf = torch.zeros(bs, gamma, dtype=F64)

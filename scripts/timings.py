@@ -21,7 +21,6 @@ import sys
 import time
 
 FLOOR = [sys.executable, "-c", "import torch"]
-# (what, command, goal in seconds on the project's 2-core machine: issue 24)
 # (name, what, command, goal in seconds on the project's 2-core machine: issue 24)
 RUNS = (
     ("pytest", "`pytest -m cpu`, serial", ["pytest", "-m", "cpu", "-q", "-p", "no:cacheprovider"], 60),

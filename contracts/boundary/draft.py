@@ -53,3 +53,15 @@ class OracleDraftObservation:
 class DraftLevel(Protocol):
     def draft_step(self, case: DraftCase) -> DraftObservation: ...  # one draft forward and the commit after its verify
     def oracle_draft_verify(self, case: DraftCase) -> OracleDraftObservation: ...
+
+
+class MarkovDraftLevel(Protocol):
+    """DSpark's Markov block sampling, fed the drafter's per-position logits directly: draft k is drawn from
+    base_k + bias[previous token] (the anchor for the first draft, then the block's own drafts) at the request's
+    temperature, greedily at T = 0.
+
+    markov_draft(base_logits [bs, n, V] float32, bias [V, V] float32, anchors [bs], temperatures [bs], seeds [bs],
+    positions [bs] (the anchor's)) -> (drafts [bs, n] int64, logits [bs, n, V]): the pre-temperature logits the
+    engine leaves for its verify to score each draft with (its law is softmax(logits / T))."""
+
+    def markov_draft(self, base_logits, bias, anchors, temperatures, seeds, positions) -> tuple: ...

@@ -11,6 +11,9 @@ bins. A draft drawn at another temperature, from the law before a Markov bias, o
 being likely moves mass between bins; the one statistical gate (contracts.stats) judges the bin counts. The exact
 parts need no statistics: the verified drafts are a prefix of the block drawn, each law is a distribution, and
 no verified draft has probability 0 under its own law.
+
+DRAFT-004 asks the same of the draft level alone, where the contract chooses the logits: a Markov block drawn from
+given per-position logits and bias table, each draft's PIT taken under the law it is defined to be drawn from.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from contracts.boundary.engine import EngineSpec, RequestSpec
 from contracts.catalog.decode_loop import MAX_STEPS
 from contracts.checks import expect, expect_equal
 from contracts.machine import join_via, single_thread
-from contracts.protocol import STEP, STEP_DRAFT_DRAWS, STEP_RAGGED
+from contracts.protocol import DRAFT_MARKOV, STEP, STEP_DRAFT_DRAWS, STEP_RAGGED
 from contracts.registry import contract
 
 DRAW_VOCAB, DRAW_GAMMA, DRAW_N, DRAW_TOKENS = 6, 4, 120, 12
@@ -99,3 +102,64 @@ def draft_law(engine):
             expect(not live, f"{name}: generation", f"done within {MAX_STEPS} steps", f"requests {sorted(live)} running")
             family.check(*stats.table_test(f"{name}: PIT of the verified drafts ({sum(bins)})",
                                            dict(enumerate(bins)), uniform))
+
+
+# DRAFT-004: one Markov block per request, from logits the contract chooses. (name, temperature per row): a batch
+# mixing greedy and sampled rows, and two temperatures away from 1, where a draw that skips T moves the most mass.
+BLOCK_VOCAB, BLOCK_N, BLOCK_BS = 6, 4, 240
+BLOCK_CONFIGS = (("mixed T=0/1", (0.0, 1.0)), ("T=0.5", (0.5,)), ("T=1.5", (1.5,)))
+LOGIT_ATOL = 1e-5  # engines hold the logits in float32
+
+
+def _markov_case(seed: int, temps: tuple):
+    """Per-position base logits, a Markov bias table, anchors, per-row temperatures, seeds and anchor positions."""
+    gen = torch.Generator().manual_seed(seed)
+    base = torch.randn(BLOCK_BS, BLOCK_N, BLOCK_VOCAB, generator=gen)
+    bias = 2 * torch.randn(BLOCK_VOCAB, BLOCK_VOCAB, generator=gen)  # strong enough that the previous token matters
+    anchors = torch.randint(0, BLOCK_VOCAB, (BLOCK_BS,), generator=gen)
+    temperatures = torch.tensor([temps[r % len(temps)] for r in range(BLOCK_BS)], dtype=torch.float32)
+    seeds = 1000 * seed + torch.arange(BLOCK_BS)
+    positions = torch.randint(1, 512, (BLOCK_BS,), generator=gen)
+    return base, bias, anchors, temperatures, seeds, positions
+
+
+@contract("DRAFT-004", "a Markov block's drafts follow the law its verify reads: the logits left for draft k are "
+          "base_k + bias[previous token] (the anchor, then the block's own drafts; equal up to a constant), greedy "
+          "drafts are their argmax, and sampled drafts' randomized PIT values under softmax(logits / T) are uniform "
+          "(a batch mixing T=0 and T=1 rows, T=0.5, T=1.5; fixed seeds; one gate, family-wise false alarm <= 1e-3)",
+          requires={DRAFT_MARKOV}, marks=("stat",))
+def markov_block_law(engine):
+    family = stats.Gate(len(BLOCK_CONFIGS))
+    uniform = {b: 1.0 / PIT_BINS for b in range(PIT_BINS)}
+    with single_thread():
+        for seed, (name, temps) in enumerate(BLOCK_CONFIGS, start=1):
+            base, bias, anchors, temperatures, seeds, positions = _markov_case(seed, temps)
+            drafts, logits = engine.markov_draft(base, bias, anchors, temperatures, seeds, positions)
+            drafts, logits = torch.as_tensor(drafts), torch.as_tensor(logits)
+            expect_equal(f"{name}: drafts shape", (BLOCK_BS, BLOCK_N), tuple(drafts.shape))
+            expect_equal(f"{name}: logits shape", (BLOCK_BS, BLOCK_N, BLOCK_VOCAB), tuple(logits.shape))
+            bins = [0] * PIT_BINS
+            prev = anchors.to(torch.int64)
+            for k in range(BLOCK_N):
+                law_logits = base[:, k].double() + bias.double()[prev]  # what draft k is defined to be drawn from
+                left = logits[:, k].double()
+                shift = (left - law_logits).mean(-1, keepdim=True)  # a constant per row leaves the law unchanged
+                gap = (left - law_logits - shift).abs().amax(-1)
+                row = int(gap.argmax())
+                expect(float(gap[row]) <= LOGIT_ATOL, f"{name} request {row} draft {k}: the logits left for the verify",
+                       f"base + bias[{int(prev[row])}] (up to a constant)", f"off by {float(gap[row]):.3g}")
+                x = drafts[:, k].to(torch.int64)
+                bad = ((x < 0) | (x >= BLOCK_VOCAB)).nonzero()
+                expect(len(bad) == 0, f"{name} draft {k}: ids", f"in [0, {BLOCK_VOCAB})", drafts[bad[:1, 0], k].tolist())
+                for r in range(BLOCK_BS):
+                    t, token = float(temperatures[r]), int(x[r])
+                    if t == 0:
+                        top = float(law_logits[r].max())
+                        expect(float(law_logits[r, token]) >= top - LOGIT_ATOL, f"{name} request {r} draft {k} (greedy)",
+                               f"the argmax {int(law_logits[r].argmax())}", token)
+                        continue
+                    u = pit(torch.softmax(law_logits[r] / t, -1), token, pit_uniform(f"DRAFT-004/{name}/{r}/{k}"))
+                    bins[min(int(u * PIT_BINS), PIT_BINS - 1)] += 1
+                prev = x
+            family.check(*stats.table_test(f"{name}: PIT of the sampled drafts ({sum(bins)})", dict(enumerate(bins)),
+                                           uniform))

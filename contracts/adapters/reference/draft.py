@@ -3,7 +3,8 @@ from __future__ import annotations
 import torch
 
 from contracts.boundary.draft import DraftCase, DraftObservation, OracleDraftObservation
-from dspark import disaggregation, dspark_draft, mem_cache, toy_models, verify
+from dspark import disaggregation, dspark_draft, mem_cache, sampling, toy_models, verify
+from dspark.engine import DSparkEngine, request_key
 from dspark.overlap_utils import FutureMap
 from dspark.schedule_batch import Req, ReqToTokenPool, ScheduleBatch
 
@@ -63,3 +64,22 @@ class ReferenceDraft:
         per = lambda t: tuple(tuple(int(x) for x in row) for row in t.tolist())  # noqa: E731
         return OracleDraftObservation(per(proposal.draft_tokens), per(torch.argmax(logits, -1)),
                                       tuple(acc.correct_len.tolist()), tuple(fin.commit_len.tolist()))
+
+    def markov_draft(self, base_logits, bias, anchors, temperatures, seeds, positions):
+        """The toy drafter's own sequential sampling (`ToyDrafter.sample_block`) with a vanilla Markov head whose
+        embedding is the identity and whose bias table is the caller's; the base logits stand in for the block
+        forward. Row r's Gumbel noise comes from the (seeds[r], r, positions[r]) stream, as the engine keys its draws.
+        Returns the drafts and the logits they were drawn from (the engine's `step_logits`, what its verify reads)."""
+        if base_logits.dim() != 3:
+            raise ValueError(f"base_logits: expected [bs, n, V], got {tuple(base_logits.shape)}")
+        bs, n, vocab = base_logits.shape
+        if tuple(bias.shape) != (vocab, vocab):
+            raise ValueError(f"bias: expected [V, V] = [{vocab}, {vocab}], got {tuple(bias.shape)}")
+        drafter = toy_models.ToyDrafter(toy_models.ToyTarget(vocab), markov_head="vanilla")
+        drafter.W1, drafter.W2 = torch.eye(vocab, dtype=torch.float64), bias.to(torch.float64)
+        keys = [request_key(int(s), r, int(p)) for r, (s, p) in enumerate(zip(seeds.tolist(), positions.tolist()))]
+        gumbel = -torch.log(DSparkEngine._exponential(sampling.counter_uniforms(keys, n * vocab))).reshape(bs, n, vocab)
+        hidden = torch.zeros(bs, n, drafter.hidden_size, dtype=torch.float64)
+        tokens, logits, _ = drafter.sample_block(base_logits.to(torch.float64), hidden, anchors.to(torch.int64),
+                                                 temperatures.to(torch.float64), gumbel)
+        return tokens, logits

@@ -3,10 +3,10 @@ loop that turns the backbone's per-position draft logits into a block of drafts,
 a Markov bias from the previously sampled token, through `gumbel_sample` (Triton, interpreted here), writing the
 pre-temperature logits it sampled from into the draft logits cache that the rejection sampler reads as q.
 
-Not a contract level: the contracts' draft level (DRAFT-001..003) is SGLang's DSpark worker layout. This pack method is
-what tests/vllm_dspark/test_draft_markov.py checks against independent oracles: each draft's cached law is exactly
-base + bias[previous token] (what it was drawn from), greedy drafts are that law's argmax, the previous token is the
-anchor then the block's own drafts, and sampled drafts follow softmax(law / T) (a frequency test).
+The draft.markov-block level (DRAFT-004): the logits left for draft k are base_k + bias[previous token] (the anchor,
+then the block's own drafts), greedy drafts are their argmax, and sampled drafts follow softmax(logits / T) (a
+randomized PIT gate). The logits returned are the cache the V2 rejection sampler reads, pre-temperature (its kernels
+apply 1/T: "draft_logits is stored pre-temperature" in rejection_sampler_utils.py).
 
 Substituted (what each can hide):
 * the speculator object: `DSparkSpeculator.__new__` plus the attributes `_sample_sequential` and `_sample_logits`

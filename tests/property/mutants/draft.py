@@ -2,7 +2,7 @@
 
 import torch
 
-from dspark import dspark_draft
+from dspark import dspark_draft, toy_models
 
 from . import Mutant
 
@@ -31,7 +31,30 @@ def _drafts_one_slot_late(self, drafter, ctx_tokens, ctx_hiddens, anchors, tempe
     return out
 
 
+_real_draw = toy_models.draw_tokens
+
+
+def _draw_without_temperature(logits, temperatures, gumbel):
+    """Sampled drafts drawn at T = 1 whatever the request's temperature (the verify still scores softmax(logits / T))."""
+    return _real_draw(logits, torch.where(temperatures > 0, 1.0, 0.0).to(temperatures.dtype), gumbel)
+
+
+_real_sample_block = toy_models.ToyDrafter.sample_block
+
+
+def _bias_from_the_anchor(self, base, hidden, anchors, temperatures, gumbel):
+    """Every draft's Markov bias reads the anchor, not the draft before it: position 0 alone is right."""
+    first = _real_sample_block(self, base[:, :1], hidden[:, :1], anchors, temperatures, gumbel[:, :1])
+    rows = [first] + [_real_sample_block(self, base[:, k:k + 1], hidden[:, k:k + 1], anchors, temperatures,
+                                         gumbel[:, k:k + 1]) for k in range(1, base.shape[1])]
+    return tuple(torch.cat(parts, dim=1) for parts in zip(*rows))
+
+
 MUTANTS = [
+    Mutant("markov-draft-without-temperature", ("DRAFT-004",),
+           lambda mp: mp.setattr(toy_models, "draw_tokens", _draw_without_temperature)),
+    Mutant("markov-bias-from-the-anchor", ("DRAFT-004",),
+           lambda mp: mp.setattr(toy_models.ToyDrafter, "sample_block", _bias_from_the_anchor)),
     Mutant("drafts-one-slot-late", ("DRAFT-003",),
            lambda mp: mp.setattr(dspark_draft.DraftBlockProposer, "propose", _drafts_one_slot_late)),
     Mutant("draft-kv-slots-one-column-late", ("DRAFT-001",),

@@ -185,6 +185,21 @@ def _drafts_drawn_at_temperature_one(mp):
         mp.setattr(module, "draft_markov_block", block)
 
 
+def _markov_bias_from_the_anchor(mp):
+    """Every Markov step biased by the anchor, not by the draft before it (the block loop's previous token never
+    advanced): the step logits left for the verify are wrong from the second draft on."""
+    from sglang.srt.speculative.dspark_components import dspark_draft
+
+    real, anchor = dspark_draft._draft_step, {}
+
+    def draft_step(markov_head, prev_tokens, base_logits, *, step, **kw):
+        if step == 0:
+            anchor["tokens"] = prev_tokens
+        return real(markov_head, anchor["tokens"], base_logits, step=step, **kw)
+
+    mp.setattr(dspark_draft, "_draft_step", draft_step)
+
+
 def _draft_slots_one_column_late(mp):
     """The draft forward bound to the verify window's columns 1..Q instead of 0..Q-1."""
     from sglang.srt.mem_cache.kv_loc_plan import KVLocPlan
@@ -259,7 +274,8 @@ BUGS = [
     ("SPS lookup wraps below the first probe", _sps_lookup_unclamped, ("PLAN-004",)),
     ("verify softmax ignores the temperature", _softmax_ignores_temperature, ("VERIFY-011", "LOOP-006")),
     ("draft law rebuilt at temperature 1", _draft_probs_at_temperature_one, ("VERIFY-011", "LOOP-006")),
-    ("drafts drawn at temperature 1", _drafts_drawn_at_temperature_one, ("DIST-002",)),
+    ("drafts drawn at temperature 1", _drafts_drawn_at_temperature_one, ("DIST-002", "DRAFT-004")),
+    ("Markov bias from the anchor", _markov_bias_from_the_anchor, ("DRAFT-004",)),
     ("draft KV slots one column late", _draft_slots_one_column_late, ("DRAFT-001",)),
     ("commit gate off by one", _commit_gate_off_by_one, ("DRAFT-002",)),
     ("anchorless draft rows shifted", _anchorless_rows_shifted, ("DRAFT-003",)),

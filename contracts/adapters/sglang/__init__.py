@@ -21,6 +21,7 @@ from contracts.adapters.sglang.graph import SGLangGraph
 from contracts.adapters.sglang.handoff import SGLangHandoff
 from contracts.adapters.sglang.kv import SGLangKv
 from contracts.adapters.sglang.ledger import KNOWN_FAILURES
+from contracts.adapters.sglang.markov_block import SGLangMarkovDraft
 from contracts.adapters.sglang.pd_step import SGLangPdStep
 from contracts.adapters.sglang.planner import SGLangPlanner
 from contracts.adapters.sglang.ranks import SGLangRanks
@@ -30,8 +31,8 @@ from contracts.adapters.sglang.step import SGLangStep
 from contracts.adapters.sglang.verify import SGLangVerify
 
 
-class SGLangAdapter(SGLangHandoff, SGLangDpMetadata, SGLangKv, SGLangGraph, SGLangPlanner, SGLangDraft, SGLangRanks,
-                    SGLangRelay, SGLangVerify, SGLangStep):
+class SGLangAdapter(SGLangHandoff, SGLangDpMetadata, SGLangKv, SGLangGraph, SGLangPlanner, SGLangDraft, SGLangMarkovDraft,
+                    SGLangRanks, SGLangRelay, SGLangVerify, SGLangStep):
     name = "sglang"
     device = "cpu"
     tested_versions = (sglang_env.SGLANG_VERSION,)
@@ -59,8 +60,8 @@ class SGLangAdapter(SGLangHandoff, SGLangDpMetadata, SGLangKv, SGLangGraph, SGLa
     # reads, recorded at the chain kernel and `_draft_probs`; its draft noise is in-kernel Philox, so none is
     # reported) and step.draft-draws (each step's drawn block and that q: DIST-002 checks the draws).
     capabilities = frozenset({protocol.HANDOFF, protocol.DP_METADATA, protocol.KV, protocol.GRAPH, protocol.PLANNER,
-                              protocol.DRAFT, protocol.VERIFY, protocol.VERIFY_DISTRIBUTIONS, protocol.VERIFY_CHAIN,
-                              protocol.VERIFY_CAP_TRIM, protocol.RANKS_TP, protocol.RELAY,
+                              protocol.DRAFT, protocol.DRAFT_MARKOV, protocol.VERIFY, protocol.VERIFY_DISTRIBUTIONS,
+                              protocol.VERIFY_CHAIN, protocol.VERIFY_CAP_TRIM, protocol.RANKS_TP, protocol.RELAY,
                               protocol.STEP, protocol.STEP_LAWS, protocol.STEP_DRAFT_DRAWS})
 
     def __init__(self):

@@ -16,7 +16,8 @@ max(p - q, 0)), step, step.seeded-sampling (each request's generation is seeded 
 step.draft-draws (each round's sampled block, the proposal its confidence head kept and the proposal's draft_probs:
 DIST-002 holds the drafter's multinomial draws to the law the verify scores them with, and the truncation to
 non-anticipation), step.draft-context (the target features each round's `_update` hands the drafter, against a
-float64 forward of the committed sequence: LOOP-008).
+float64 forward of the committed sequence: LOOP-008), draft.markov-block (`build_dspark_proposal` on logits the
+contract chooses: DRAFT-004, markov_block.py).
 Not declared, with the reason:
   - verify.injected-noise: DeepSpec draws its coins and residual from the global torch generator, not from inputs;
   - verify.float64: it computes its laws in float32 (`logits_to_probs` casts to float32);
@@ -39,11 +40,12 @@ from __future__ import annotations
 from contracts import protocol
 from contracts.adapters.deepspec import env as deepspec_env
 from contracts.adapters.deepspec.ledger import KNOWN_FAILURES
+from contracts.adapters.deepspec.markov_block import DeepSpecMarkovDraft
 from contracts.adapters.deepspec.step import DeepSpecStep
 from contracts.adapters.deepspec.verify import DeepSpecVerify
 
 
-class DeepSpecAdapter(DeepSpecVerify, DeepSpecStep):
+class DeepSpecAdapter(DeepSpecVerify, DeepSpecMarkovDraft, DeepSpecStep):
     name = "deepspec"
     device = "cpu"
     tested_versions = (deepspec_env.DEEPSPEC_COMMIT,)
@@ -61,7 +63,7 @@ class DeepSpecAdapter(DeepSpecVerify, DeepSpecStep):
                         "deepspec.modeling.dspark.qwen3.modeling", "deepspec.utils.sampling")
     capabilities = frozenset({protocol.VERIFY, protocol.VERIFY_DISTRIBUTIONS, protocol.VERIFY_CHAIN, protocol.STEP,
                               protocol.STEP_SEEDED_SAMPLING, protocol.STEP_DRAFT_DRAWS,
-                              protocol.STEP_DRAFT_CONTEXT})
+                              protocol.STEP_DRAFT_CONTEXT, protocol.DRAFT_MARKOV})
 
     def __init__(self, confidence_threshold: float = 0.0):
         if isinstance(confidence_threshold, bool) or not isinstance(confidence_threshold, (int, float)) \

@@ -52,6 +52,7 @@ KV = "kv"  # what a decode step reserves in the KV cache, and who writes the all
 GRAPH = "graph"  # which captured CUDA graph a live batch is admitted to, and the geometry replayed
 RELAY = "relay.confidence"  # which earlier draft confidence a step's verify budget reads (row reuse, lag)
 DRAFT = "draft"  # the draft forward's positions and KV slots, and the commit of target features into its context
+DRAFT_ORACLE = "draft.oracle-verify"  # an oracle drafter's block verified greedily (the draft slots' alignment)
 DRAFT_MARKOV = "draft.markov-block"  # Markov block sampling from given per-position logits, and the law left for verify
 
 
@@ -117,7 +118,8 @@ CAPABILITIES: Mapping[str, Capability] = {
     KV: Capability("contracts.boundary.kv:KvLevel", ("kv_admission_limit", "kv_prompt_limit", "kv_page_sizes",
                                                                     "run_kv_steps")),
     GRAPH: Capability("contracts.boundary.graph:GraphLevel", ("graph_admission", "graph_default_capture_bs")),
-    DRAFT: Capability("contracts.boundary.draft:DraftLevel", ("draft_step", "oracle_draft_verify")),
+    DRAFT: Capability("contracts.boundary.draft:DraftLevel", ("draft_step",)),
+    DRAFT_ORACLE: Capability("contracts.boundary.draft:OracleDraftLevel", ("oracle_draft_verify",)),
     DRAFT_MARKOV: Capability("contracts.boundary.draft:MarkovDraftLevel", ("markov_draft",)),
     RELAY: Capability("contracts.boundary.relay:ConfidenceRelayLevel", ("run_confidence_relay",), ("confidence_relay_lag",)),
 }

@@ -36,7 +36,7 @@ class DraftObservation:
     row_slots: Tuple[Tuple[int, ...], ...]  # [bs][T] the request-to-token row at positions n .. n+T-1
     draft_tokens: Tuple[Tuple[int, ...], ...]  # [bs][gamma]
     inject_written: Tuple[Tuple[bool, ...], ...]  # [bs][T] the commit wrote this verify column into the draft context
-    inject_positions: Tuple[Tuple[int, ...], ...]  # [bs][T] the position it wrote (every column, gated or not)
+    inject_positions: Tuple[Tuple[int, ...], ...]  # [bs][T] the position it wrote (read where written)
     inject_rows: Tuple[Tuple[int, ...], ...]  # [bs][T] the verify row whose target features it wrote
 
 
@@ -52,6 +52,9 @@ class OracleDraftObservation:
 
 class DraftLevel(Protocol):
     def draft_step(self, case: DraftCase) -> DraftObservation: ...  # one draft forward and the commit after its verify
+
+
+class OracleDraftLevel(Protocol):
     def oracle_draft_verify(self, case: DraftCase) -> OracleDraftObservation: ...
 
 

@@ -73,12 +73,44 @@ def _dp_coordination_skipped(mp):
     mp.setattr(dp_utils, "should_skip_dp_coordination", lambda: True)
 
 
+def _rejected_context_rows_written(mp):
+    """The speculator hands prepare_dflash_inputs no rejected counts, so the rejected suffix of the verified window
+    writes its target features into the draft KV as context."""
+    from vllm.v1.worker.gpu.spec_decode.dflash import speculator
+
+    real = speculator.prepare_dflash_inputs
+
+    def prepare(*args, **kwargs):
+        args = list(args)
+        args[11] = torch.zeros_like(args[11])  # num_rejected
+        return real(*args, **kwargs)
+
+    mp.setattr(speculator, "prepare_dflash_inputs", prepare)
+
+
+def _draft_block_table_of_another_request(mp):
+    """The draft inputs read the block-table rows in another order than the batch's (each request the next one's),
+    so the draft forward writes KV into another request's pages."""
+    from vllm.v1.worker.gpu.spec_decode.dflash import speculator
+
+    real = speculator.prepare_dflash_inputs
+
+    def prepare(*args, **kwargs):
+        args = list(args)
+        args[16] = torch.roll(args[16], 1, dims=0).contiguous()  # block_table
+        return real(*args, **kwargs)
+
+    mp.setattr(speculator, "prepare_dflash_inputs", prepare)
+
+
 BUGS = [
     ("target logits one row late", _target_rows_one_late, "VERIFY-003"),
     ("local positions numbered from 1", _local_pos_from_one, "VERIFY-003"),
     ("explicit seeds not honoured", _seed_not_honoured, "VERIFY-007"),
     ("top-k/top-p cut skipped", _top_k_top_p_skipped, "VERIFY-011"),
     ("DP coordination skipped", _dp_coordination_skipped, "DPPAD-001"),
+    ("rejected context rows written", _rejected_context_rows_written, "DRAFT-002"),
+    ("draft block table of another request", _draft_block_table_of_another_request, "DRAFT-001"),
 ]
 
 

@@ -37,7 +37,7 @@ class ReferenceAdapter(ReferenceHandoff, ReferenceDpMetadata, ReferenceKv, Refer
                               protocol.VERIFY, protocol.VERIFY_INJECTED_NOISE, protocol.VERIFY_EMPTY_BATCH, protocol.VERIFY_PLACEHOLDERS,
                               protocol.KV, protocol.GRAPH, protocol.PLANNER_MIN_VERIFY_LEN, protocol.PLANNER_EMPTY_BATCH,
                               protocol.VERIFY_DISTRIBUTIONS, protocol.VERIFY_CHAIN, protocol.VERIFY_CAP_TRIM, protocol.DRAFT,
-                              protocol.DRAFT_MARKOV, protocol.RANKS_TP,
+                              protocol.DRAFT_ORACLE, protocol.DRAFT_MARKOV, protocol.RANKS_TP,
                               # Both backends compute in float64 when handed float64 (the kernels' ACC type).
                               protocol.VERIFY_FLOAT64})
 

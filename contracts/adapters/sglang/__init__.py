@@ -60,7 +60,7 @@ class SGLangAdapter(SGLangHandoff, SGLangDpMetadata, SGLangKv, SGLangGraph, SGLa
     # reads, recorded at the chain kernel and `_draft_probs`; its draft noise is in-kernel Philox, so none is
     # reported) and step.draft-draws (each step's drawn block and that q: DIST-002 checks the draws).
     capabilities = frozenset({protocol.HANDOFF, protocol.DP_METADATA, protocol.KV, protocol.GRAPH, protocol.PLANNER,
-                              protocol.DRAFT, protocol.DRAFT_MARKOV, protocol.VERIFY, protocol.VERIFY_DISTRIBUTIONS,
+                              protocol.DRAFT, protocol.DRAFT_ORACLE, protocol.DRAFT_MARKOV, protocol.VERIFY, protocol.VERIFY_DISTRIBUTIONS,
                               protocol.VERIFY_CHAIN, protocol.VERIFY_CAP_TRIM, protocol.RANKS_TP, protocol.RELAY,
                               protocol.STEP, protocol.STEP_LAWS, protocol.STEP_DRAFT_DRAWS})
 

@@ -27,11 +27,12 @@ from contracts import protocol
 from contracts.adapters.vllm_dspark import env as vllm_dspark_env
 from contracts.adapters.vllm_dspark.dp import VLLMDSparkDpPadding
 from contracts.adapters.vllm_dspark.draft import VLLMDSparkMarkovDraft
+from contracts.adapters.vllm_dspark.draft_inputs import VLLMDSparkDraftInputs
 from contracts.adapters.vllm_dspark.ledger import BLOCK_KNOWN_FAILURES, KNOWN_FAILURES
 from contracts.adapters.vllm_dspark.verify import VLLMDSparkVerify
 
 
-class VLLMDSparkAdapter(VLLMDSparkVerify, VLLMDSparkDpPadding, VLLMDSparkMarkovDraft):
+class VLLMDSparkAdapter(VLLMDSparkVerify, VLLMDSparkDpPadding, VLLMDSparkMarkovDraft, VLLMDSparkDraftInputs):
     name = "vllm-dspark"
     device = "cpu"
     tested_versions = (vllm_dspark_env.VLLM_VERSION,)
@@ -48,7 +49,7 @@ class VLLMDSparkAdapter(VLLMDSparkVerify, VLLMDSparkDpPadding, VLLMDSparkMarkovD
                         "vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils", "vllm.v1.worker.gpu.sample.gumbel",
                         "vllm.v1.worker.gpu.dp_utils", "vllm.v1.worker.gpu.spec_decode.dspark.speculator")
     capabilities = frozenset({protocol.VERIFY, protocol.VERIFY_DISTRIBUTIONS, protocol.VERIFY_CHAIN,
-                              protocol.DP_PADDING, protocol.DRAFT_MARKOV})
+                              protocol.DP_PADDING, protocol.DRAFT, protocol.DRAFT_MARKOV})
 
     def __init__(self):
         vllm_dspark_env.check_vllm_dspark_installed()  # every load: one line naming the install command

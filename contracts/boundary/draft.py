@@ -68,3 +68,13 @@ class MarkovDraftLevel(Protocol):
     engine leaves for its verify to score each draft with (its law is softmax(logits / T))."""
 
     def markov_draft(self, base_logits, bias, anchors, temperatures, seeds, positions) -> tuple: ...
+
+
+def markov_shapes(base_logits, bias) -> tuple:
+    """(bs, n, V) of a markov_draft call, after checking its two tables agree (a pack calls it before its engine)."""
+    if base_logits.dim() != 3:
+        raise ValueError(f"base_logits: expected [bs, n, V], got {tuple(base_logits.shape)}")
+    bs, n, vocab = base_logits.shape
+    if tuple(bias.shape) != (vocab, vocab):
+        raise ValueError(f"bias: expected [V, V] = [{vocab}, {vocab}], got {tuple(bias.shape)}")
+    return bs, n, vocab

@@ -447,3 +447,13 @@ def test_rows_are_ints_and_a_filter_keeps_each_request_once():
     with pytest.raises(ValueError, match="new_indices: entries must be distinct"):
         di.filter_batch(t([1, 1]))
     assert di.bonus_tokens.tolist() == [1, 2]
+
+
+def test_markov_draft_tables_that_disagree_are_named_before_any_draw():
+    from contracts.adapters.reference import ReferenceAdapter
+
+    engine, n = ReferenceAdapter(), torch.zeros(2, dtype=torch.int64)
+    with pytest.raises(ValueError, match="base_logits: expected"):
+        engine.markov_draft(torch.zeros(2, 6), torch.zeros(6, 6), n, n.double(), n, n)
+    with pytest.raises(ValueError, match=r"bias: expected \[V, V\] = \[6, 6\]"):
+        engine.markov_draft(torch.zeros(2, 3, 6), torch.zeros(5, 6), n, n.double(), n, n)

@@ -22,15 +22,12 @@ import torch
 
 from contracts.adapters.deepspec import env as deepspec_env
 from contracts.adapters.deepspec.models import ModelSpec, build_models
+from contracts.boundary.draft import markov_shapes
 
 
 class DeepSpecMarkovDraft:
     def markov_draft(self, base_logits, bias, anchors, temperatures, seeds, positions):
-        if base_logits.dim() != 3:
-            raise ValueError(f"base_logits: expected [bs, n, V], got {tuple(base_logits.shape)}")
-        bs, n, vocab = base_logits.shape
-        if tuple(bias.shape) != (vocab, vocab):
-            raise ValueError(f"bias: expected [V, V] = [{vocab}, {vocab}], got {tuple(bias.shape)}")
+        bs, n, vocab = markov_shapes(base_logits, bias)
         deepspec_env.import_deepspec()
         from deepspec.eval.dspark.draft_ops import build_dspark_proposal
         from deepspec.modeling.dspark.markov_head import VanillaMarkov

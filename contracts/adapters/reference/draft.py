@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import torch
 
-from contracts.boundary.draft import DraftCase, DraftObservation, OracleDraftObservation
+from contracts.boundary.draft import DraftCase, DraftObservation, OracleDraftObservation, markov_shapes
 from dspark import disaggregation, dspark_draft, mem_cache, sampling, toy_models, verify
 from dspark.engine import DSparkEngine, request_key
 from dspark.overlap_utils import FutureMap
@@ -70,11 +70,7 @@ class ReferenceDraft:
         embedding is the identity and whose bias table is the caller's; the base logits stand in for the block
         forward. Row r's Gumbel noise comes from the (seeds[r], r, positions[r]) stream, as the engine keys its draws.
         Returns the drafts and the logits they were drawn from (the engine's `step_logits`, what its verify reads)."""
-        if base_logits.dim() != 3:
-            raise ValueError(f"base_logits: expected [bs, n, V], got {tuple(base_logits.shape)}")
-        bs, n, vocab = base_logits.shape
-        if tuple(bias.shape) != (vocab, vocab):
-            raise ValueError(f"bias: expected [V, V] = [{vocab}, {vocab}], got {tuple(bias.shape)}")
+        bs, n, vocab = markov_shapes(base_logits, bias)
         drafter = toy_models.ToyDrafter(toy_models.ToyTarget(vocab), markov_head="vanilla")
         drafter.W1, drafter.W2 = torch.eye(vocab, dtype=torch.float64), bias.to(torch.float64)
         keys = [request_key(int(s), r, int(p)) for r, (s, p) in enumerate(zip(seeds.tolist(), positions.tolist()))]

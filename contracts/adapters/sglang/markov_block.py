@@ -25,16 +25,13 @@ from types import SimpleNamespace
 import torch
 
 from contracts.adapters.sglang.runtime import CPU, runtime, single_rank_tp_sync
+from contracts.boundary.draft import markov_shapes
 from contracts.patching import patched
 
 
 class SGLangMarkovDraft:
     def markov_draft(self, base_logits, bias, anchors, temperatures, seeds, positions):
-        if base_logits.dim() != 3:
-            raise ValueError(f"base_logits: expected [bs, n, V], got {tuple(base_logits.shape)}")
-        bs, n, vocab = base_logits.shape
-        if tuple(bias.shape) != (vocab, vocab):
-            raise ValueError(f"bias: expected [V, V] = [{vocab}, {vocab}], got {tuple(bias.shape)}")
+        bs, n, vocab = markov_shapes(base_logits, bias)
         runtime()  # SGLang's import environment
         from sglang.srt.models.dspark import VanillaMarkov
         from sglang.srt.sampling.sampling_params import SamplingParams

@@ -27,6 +27,8 @@ from types import SimpleNamespace
 
 import torch
 
+from contracts.boundary.draft import markov_shapes
+
 
 class _WeightsFreeDSparkModel:
     """The draft model methods `_sample_sequential` calls, with no weights: logits = hidden, bias = table[prev]."""
@@ -59,11 +61,7 @@ class VLLMDSparkMarkovDraft:
         env.prepare_vllm_dspark_import()
         from vllm.v1.worker.gpu.spec_decode.dspark.speculator import DSparkSpeculator
 
-        if base_logits.dim() != 3:
-            raise ValueError(f"base_logits: expected [bs, n, V], got {tuple(base_logits.shape)}")
-        bs, n, vocab = base_logits.shape
-        if bias.shape != (vocab, vocab):
-            raise ValueError(f"bias: expected [V, V] = [{vocab}, {vocab}], got {tuple(bias.shape)}")
+        bs, n, vocab = markov_shapes(base_logits, bias)
         columns = [torch.as_tensor(x) for x in (anchors, temperatures, seeds, positions)]
         if any(c.shape != (bs,) for c in columns):
             raise ValueError(f"anchors, temperatures, seeds, positions: expected [{bs}] each, got "

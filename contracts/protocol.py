@@ -28,6 +28,7 @@ VERIFY_CHAIN = "verify.chain-sampling"  # sampled verify is chain (token-by-toke
 # The engine sees every gamma draft of a row and counts in cap_trim the drafts past the verify cap that would have been
 # accepted (DSpark's ragged layout). An engine that schedules only L-1 drafts (vLLM) never sees them and reports 0.
 VERIFY_CAP_TRIM = "verify.cap-trim"
+VERIFY_MIXED = "verify.mixed-batches"  # greedy and sampled rows in one batch; the same requests over consecutive steps
 PLANNER = "planner"
 PLANNER_MIN_VERIFY_LEN = "planner.min-verify-len"  # schedule_verify_lens honours min_verify_len != 1
 PLANNER_EMPTY_BATCH = "planner.empty-batch"  # layout helpers accept bs == 0
@@ -95,6 +96,7 @@ CAPABILITIES: Mapping[str, Capability] = {
     VERIFY_FLOAT64: Capability(None),
     VERIFY_CHAIN: Capability(None),
     VERIFY_CAP_TRIM: Capability(None),
+    VERIFY_MIXED: Capability("contracts.boundary.verify:MixedBatchLevel", ("mixed_block", "consecutive_blocks")),
     PLANNER: Capability("contracts.boundary.engine:PlannerLevel", (
         "new_sps_table", "sps_lookup", "verify_token_budget", "schedule_verify_lens", "compact_layout",
         "pad_verify_lens_to_graph", "plan_layout")),

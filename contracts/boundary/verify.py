@@ -227,3 +227,15 @@ class VerifyLevel(Protocol):
     # Capability verify.distributions: the laws the engine's own sampling accept builds from the inputs
     # (target_logits with temperatures/top_k/top_p; the drafts' law), recorded as the accept reads them.
     def accept_distributions(self, inputs: VerifyInputs) -> AcceptDistributions: ...
+
+
+class MixedBatchLevel(Protocol):
+    """Capability ``verify.mixed-batches``: greedy and sampled requests in one batch, and the same requests over
+    consecutive steps, as the engine's runner batches them (its own randomness, seeded per request by ``seed``)."""
+
+    # Greedy rows (greedy_mask) and sampled rows in one call; a function of (inputs, seed) only.
+    def mixed_block(self, inputs: VerifyInputs, seed: int) -> AcceptResult: ...
+    # One call per step for the same requests (bs, greedy_mask and sampling settings from the first step; each
+    # step's prefix_lens place it), in one request state: whatever the engine carries between steps, it carries.
+    # The first step is mixed_block(steps[0], seed). One AcceptResult per step.
+    def consecutive_blocks(self, steps, seed: int) -> list: ...

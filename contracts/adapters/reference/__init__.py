@@ -36,7 +36,8 @@ class ReferenceAdapter(ReferenceHandoff, ReferenceDpMetadata, ReferenceKv, Refer
                               protocol.STEP_SEEDED_SAMPLING, protocol.RELAY,
                               protocol.VERIFY, protocol.VERIFY_INJECTED_NOISE, protocol.VERIFY_EMPTY_BATCH, protocol.VERIFY_PLACEHOLDERS,
                               protocol.KV, protocol.GRAPH, protocol.PLANNER_MIN_VERIFY_LEN, protocol.PLANNER_EMPTY_BATCH,
-                              protocol.VERIFY_DISTRIBUTIONS, protocol.VERIFY_CHAIN, protocol.VERIFY_CAP_TRIM, protocol.DRAFT,
+                              protocol.VERIFY_DISTRIBUTIONS, protocol.VERIFY_CHAIN, protocol.VERIFY_CAP_TRIM, protocol.VERIFY_MIXED,
+                              protocol.DRAFT,
                               protocol.DRAFT_ORACLE, protocol.DRAFT_MARKOV, protocol.RANKS_TP,
                               # Both backends compute in float64 when handed float64 (the kernels' ACC type).
                               protocol.VERIFY_FLOAT64})

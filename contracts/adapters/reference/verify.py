@@ -70,12 +70,24 @@ class ReferenceVerify:
         out = _move(dv.finalize(prefix, drafts, dv.AcceptOut(correct, bonus, trim), backend=self.backend), CPU)
         return CommitResult(out.commit_len, out.new_seq_lens, out.out_tokens)
 
-    def sample_block(self, inputs: VerifyInputs, seed: int) -> AcceptResult:
-        gen = torch.Generator().manual_seed(seed)
+    @staticmethod
+    def _drawn(inputs: VerifyInputs, gen: torch.Generator) -> VerifyInputs:
+        """The inputs with coins and resample noise drawn from `gen` (the engine's randomness), in that order."""
         dtype = torch.float64 if inputs.target_probs.dtype == torch.float64 else torch.float32
         coins = dv.draw_coins(inputs.bs, inputs.gamma, generator=gen, dtype=dtype)
-        noise = dv.draw_resample_noise(inputs.bs, inputs.vocab, generator=gen, dtype=dtype)
-        return self.sampling_accept(inputs.replace(coins=coins, resample_noise=noise))
+        return inputs.replace(coins=coins, resample_noise=dv.draw_resample_noise(inputs.bs, inputs.vocab, generator=gen,
+                                                                                  dtype=dtype))
+
+    def sample_block(self, inputs: VerifyInputs, seed: int) -> AcceptResult:
+        return self.sampling_accept(self._drawn(inputs, torch.Generator().manual_seed(seed)))
+
+    def mixed_block(self, inputs: VerifyInputs, seed: int) -> AcceptResult:
+        return self.mixed_accept(self._drawn(inputs, torch.Generator().manual_seed(seed)))
+
+    def consecutive_blocks(self, steps, seed: int) -> list:
+        """One generator for the session, seeded once: each step draws on from where the step before stopped."""
+        gen = torch.Generator().manual_seed(seed)
+        return [self.mixed_accept(self._drawn(inputs, gen)) for inputs in steps]
 
     def accept_distributions(self, inputs: VerifyInputs) -> AcceptDistributions:
         return AcceptDistributions(_target(inputs), inputs.draft_probs)

@@ -38,7 +38,8 @@ class VLLMAdapter(VLLMVerify, VLLMDpPadding):
     # --coverage: the V1 speculative-decoding code the levels reach (sampled verify, DP padding).
     coverage_modules = ("vllm.v1.sample.rejection_sampler", "vllm.v1.worker.dp_utils", "vllm.v1.worker.ubatch_utils",
                         "vllm.v1.cudagraph_dispatcher")
-    capabilities = frozenset({protocol.VERIFY, protocol.VERIFY_DISTRIBUTIONS, protocol.VERIFY_CHAIN, protocol.DP_PADDING})
+    capabilities = frozenset({protocol.VERIFY, protocol.VERIFY_DISTRIBUTIONS, protocol.VERIFY_CHAIN, protocol.VERIFY_MIXED,
+                              protocol.DP_PADDING})
 
     def __init__(self):
         vllm_env.check_vllm_installed()  # every load: one line naming the install command, never a fallback

@@ -111,12 +111,12 @@ class VLLMVerify:
         return self._accept(inputs, greedy=False, seed=seed)
 
     def mixed_block(self, inputs: VerifyInputs, seed: int) -> AcceptResult:
-        """Pack extension (no contract reads it yet): greedy rows (greedy_mask, temperature 0) and sampled rows in one
-        batch, as vLLM batches them (tests/vllm/test_mixed_steps.py checks it against the single-kind calls)."""
+        """verify.mixed-batches: greedy rows (greedy_mask, temperature 0) and sampled rows in one batch, as vLLM
+        batches them (VERIFY-013, VERIFY-014)."""
         return self._accept(inputs, greedy=inputs.greedy_mask.to(torch.bool), seed=seed)
 
     def consecutive_blocks(self, steps, seed: int) -> list:
-        """Pack extension: the same requests verified over consecutive steps, one `VerifyInputs` per step (same bs;
+        """verify.mixed-batches: the same requests verified over consecutive steps, one `VerifyInputs` per step (same bs;
         greedy_mask and sampling settings from the first), in ONE persistent InputBatch, so each seeded request's
         generator carries on from step to step as in the model runner. Returns one AcceptResult per step."""
         steps = list(steps)

@@ -49,7 +49,7 @@ class VLLMDSparkAdapter(VLLMDSparkVerify, VLLMDSparkDpPadding, VLLMDSparkMarkovD
                         "vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils", "vllm.v1.worker.gpu.sample.gumbel",
                         "vllm.v1.worker.gpu.dp_utils", "vllm.v1.worker.gpu.spec_decode.dspark.speculator")
     capabilities = frozenset({protocol.VERIFY, protocol.VERIFY_DISTRIBUTIONS, protocol.VERIFY_CHAIN,
-                              protocol.DP_PADDING, protocol.DRAFT, protocol.DRAFT_MARKOV})
+                              protocol.VERIFY_MIXED, protocol.DP_PADDING, protocol.DRAFT, protocol.DRAFT_MARKOV})
 
     def __init__(self):
         vllm_dspark_env.check_vllm_dspark_installed()  # every load: one line naming the install command

@@ -109,7 +109,7 @@ class VLLMDSparkVerify:
         return self._accept(inputs, greedy=False, seed=seed)
 
     def consecutive_blocks(self, steps, seed: int) -> list:
-        """Pack extension: the same requests verified over consecutive steps, one `VerifyInputs` per step (same bs,
+        """verify.mixed-batches: the same requests verified over consecutive steps, one `VerifyInputs` per step (same bs,
         gamma, V; greedy_mask and sampling settings from the first; each step's prefix_lens place it, so positions
         move on), in ONE request state and sampler: V2 carries nothing but each request's seed, and keys its draws
         by (seed, position). Returns one AcceptResult per step."""
@@ -128,9 +128,8 @@ class VLLMDSparkVerify:
         return [self._accept(inputs, greedy=None, seed=seed, session=session) for inputs in steps]
 
     def mixed_block(self, inputs: VerifyInputs, seed: int) -> AcceptResult:
-        """Pack extension (no contract reads it yet): greedy rows (greedy_mask) at temperature 0 and sampled rows in
-        one batch, as vLLM batches them; tests/vllm_dspark/test_mixed_steps.py checks it against the single-kind
-        calls."""
+        """verify.mixed-batches: greedy rows (greedy_mask) at temperature 0 and sampled rows in one batch, as vLLM
+        batches them (VERIFY-013, VERIFY-014)."""
         return self._accept(inputs, greedy=inputs.greedy_mask.to(torch.bool), seed=seed)
 
     def finalize(self, inputs: VerifyInputs, accept: AcceptResult) -> CommitResult:

@@ -136,6 +136,22 @@ def _unseeded_noise(bs, vocab, *, generator=None, device=None, dtype=torch.float
     return _real_noise(bs, vocab, generator=None, device=device, dtype=dtype)  # ignores the caller's generator
 
 
+_real_coins = dv.draw_coins
+
+
+def _reseeded(draw):
+    """Every draw from a generator freshly seeded with the caller's seed: a session replays its first step."""
+    def drawn(*args, generator=None, **kw):
+        return draw(*args, generator=None if generator is None else torch.Generator().manual_seed(generator.initial_seed()),
+                    **kw)
+    return drawn
+
+
+def _noise_reseeded_every_step(mp):
+    mp.setattr(dv, "draw_coins", _reseeded(_real_coins))
+    mp.setattr(dv, "draw_resample_noise", _reseeded(_real_noise))
+
+
 def _sampler(**bug):
     return lambda mp: mp.setattr(reference, "sampling_accept", _sampling(**bug))
 
@@ -195,13 +211,14 @@ MUTANTS = [
            lambda mp: mp.setattr(reference, "finalize", _finalize_bonus_one_slot_late)),
     Mutant("commit-forgets-the-bonus", ("VERIFY-001",),
            lambda mp: mp.setattr(reference, "finalize", _finalize_anchor_not_committed)),
-    Mutant("mixed-mask-inverted", ("VERIFY-006",),
+    Mutant("mixed-mask-inverted", ("VERIFY-006", "VERIFY-013"),
            lambda mp: mp.setattr(reference, "select_mixed", _select_mixed_inverted)),
     Mutant("draft-ids-unchecked-flat-read", ("VERIFY-012",), _unchecked_ids),
     Mutant("target-temperature-not-applied", ("VERIFY-011", "LOSSLESS-005"),
            lambda mp: mp.setattr(sampling, "target_probs", _temperature_ignored)),
     Mutant("top-p-drops-the-crossing-token", ("VERIFY-011",),
            lambda mp: mp.setattr(sampling, "target_probs", _top_p_drops_crossing_token)),
-    Mutant("sample-block-noise-unseeded", ("VERIFY-007",),
+    Mutant("sample-block-noise-unseeded", ("VERIFY-007", "VERIFY-014"),
            lambda mp: mp.setattr(dv, "draw_resample_noise", _unseeded_noise)),
+    Mutant("noise-reseeded-every-step", ("VERIFY-015",), _noise_reseeded_every_step),
 ]

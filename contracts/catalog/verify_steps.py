@@ -35,16 +35,23 @@ def _rows_equal(what: str, got, want, rows: torch.Tensor, expected: str) -> None
 
 
 @contract("VERIFY-013", "in a batch mixing greedy and sampled requests each greedy row gives the engine's greedy "
-          "accept of the batch and each sampled row its sampled accept of the batch with the same seed: a row "
-          "never depends on its companions' kind", requires={VERIFY_MIXED}, cases=MIXED)
-def mixed_rows_match_single_kind(engine, case):
+          "accept of the batch: a greedy row reads no randomness and no sampled companion", requires={VERIFY_MIXED},
+          cases=MIXED)
+def mixed_greedy_rows(engine, case):
     inputs = build(case)
     require_supported(engine, inputs)
-    greedy = inputs.greedy_mask.to(torch.bool)
-    mixed = engine.mixed_block(inputs, case.seed)
-    _rows_equal("greedy row of the mixed batch", mixed, engine.greedy_accept(inputs), greedy, "greedy accept")
-    _rows_equal("sampled row of the mixed batch", mixed, engine.sample_block(inputs, case.seed), ~greedy,
-                "sampled accept")
+    _rows_equal("greedy row of the mixed batch", engine.mixed_block(inputs, case.seed), engine.greedy_accept(inputs),
+                inputs.greedy_mask.to(torch.bool), "greedy accept")
+
+
+@contract("VERIFY-016", "in a batch mixing greedy and sampled requests each sampled row gives its sampled accept of "
+          "the batch with the same seed: a sampled row's draws do not depend on its companions' kind",
+          requires={VERIFY_MIXED}, cases=MIXED)
+def mixed_sampled_rows(engine, case):
+    inputs = build(case)
+    require_supported(engine, inputs)
+    _rows_equal("sampled row of the mixed batch", engine.mixed_block(inputs, case.seed),
+                engine.sample_block(inputs, case.seed), ~inputs.greedy_mask.to(torch.bool), "sampled accept")
 
 
 @contract("VERIFY-014", "the same requests over two consecutive steps: the session repeats exactly from its seed, "

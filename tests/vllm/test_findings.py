@@ -57,6 +57,7 @@ FINDINGS = [
     ("LOSSLESS-005", None, correct_expand),
     ("LOSSLESS-006", None, correct_expand),
     ("VERIFY-013", None, correct_expand),
+    ("VERIFY-016", None, correct_expand),
     ("VERIFY-014", None, correct_expand),
     ("VERIFY-012", INVALID_DRAFT, _draft_ids_refused),
     ("DPPAD-005", PADDING_MIXED, correct_dp_padding),

@@ -14,11 +14,11 @@ from contracts.runner import run_contract, run_with_ledger
 
 FEW = 8  # examples per contract in the default run (plus each contract's pinned examples)
 # VERIFY-007 verifies a 64-row high-entropy batch 4 times per example (about 40 s interpreted): fewer examples.
-# VERIFY-013 and 014 verify each case 3 and 5 times (015, one fixed scenario, is in CI's check step).
-EXAMPLES = {"VERIFY-007": 3, "VERIFY-013": 4, "VERIFY-014": 3}
+# VERIFY-013, 014 and 016 verify each case 2 to 5 times (015, one fixed scenario, is in CI's check step).
+EXAMPLES = {"VERIFY-007": 3, "VERIFY-013": 4, "VERIFY-014": 3, "VERIFY-016": 4}
 
 DEFAULT = ("VERIFY-001", "VERIFY-002", "VERIFY-003", "VERIFY-004", "VERIFY-007", "VERIFY-008", "VERIFY-011",
-           "VERIFY-013", "VERIFY-014", "DPPAD-001", "DPPAD-002")
+           "VERIFY-013", "VERIFY-014", "VERIFY-016", "DPPAD-001", "DPPAD-002")
 BLOCK_DEFAULT = ("VERIFY-001", "VERIFY-002", "VERIFY-007", "VERIFY-011")  # the block path differs in the sampled accept
 MONTE_CARLO = ("LOSSLESS-003", "LOSSLESS-004", "LOSSLESS-005", "LOSSLESS-006")
 

@@ -1,4 +1,4 @@
-"""vLLM V2 (vllm-dspark) over consecutive steps, beyond what VERIFY-013..015 hold every engine to (those run in
+"""vLLM V2 (vllm-dspark) over consecutive steps, beyond what VERIFY-013..016 hold every engine to (those run in
 test_contracts_budget.py): V2 carries nothing between steps but each request's seed, keying every draw by (seed,
 position), so a later step of a session equals that step verified alone at its positions.
 """

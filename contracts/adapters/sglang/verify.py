@@ -105,15 +105,33 @@ class SGLangVerify:
             verify_num_draft_tokens=inputs.gamma + 1, tp_sync=single_rank_tp_sync(), sync_site=SpecTpSyncSite.DSPARK_ACCEPT_SAMPLE)
         return CommitResult(out.commit_lens, out.new_seq_lens, out.out_tokens)
 
-    def sample_block(self, inputs: VerifyInputs, seed: int) -> AcceptResult:
-        """Sampled rows with SGLang's own randomness, keyed by `seed`."""
+    def _session(self, steps, seed: int, greedy_rows) -> list:
+        """SGLang's randomness as its worker holds it: one rejection-noise key whose counter each call advances
+        (`make_rejection_noise`, made once in the worker's constructor), and the global torch generator the chain
+        kernel (also where block-wise does not apply: top-k / top-p) draws its coins from, seeded once."""
         runtime()
         from sglang.kernels.ops.speculative.dspark.blockwise_rejection import make_rejection_noise
 
         noise = make_rejection_noise(int(seed), CPU) if self.use_blockwise_rejection else None
-        with torch.random.fork_rng(devices=[]):  # the chain kernel (also where block-wise does not apply: top-k /
-            torch.manual_seed(int(seed))         # top-p) draws its coins from the global generator
-            return self._accept(inputs, [False] * inputs.bs, rejection_noise=noise)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(seed))
+            return [self._accept(inputs, greedy_rows, rejection_noise=noise) for inputs in steps]
+
+    def sample_block(self, inputs: VerifyInputs, seed: int) -> AcceptResult:
+        """Sampled rows with SGLang's own randomness, keyed by `seed`."""
+        return self._session([inputs], seed, [False] * inputs.bs)[0]
+
+    def mixed_block(self, inputs: VerifyInputs, seed: int) -> AcceptResult:
+        """verify.mixed-batches: greedy rows (top-k 1, as SGLang normalises temperature 0) beside sampled ones, through
+        `accept_draft_tokens`' mixed path (`SelectMixedAccept`)."""
+        return self._session([inputs], seed, inputs.greedy_mask.tolist())[0]
+
+    def consecutive_blocks(self, steps, seed: int) -> list:
+        """verify.mixed-batches: the same requests over consecutive steps, the randomness carried as above."""
+        steps = list(steps)
+        if not steps:
+            raise ValueError("steps: expected at least one VerifyInputs")
+        return self._session(steps, seed, steps[0].greedy_mask.tolist())
 
     def accept_distributions(self, inputs: VerifyInputs) -> AcceptDistributions:
         """The target and draft probabilities SGLang's default sampled accept hands its chain kernel."""

@@ -112,7 +112,7 @@ class VLLMVerify:
 
     def mixed_block(self, inputs: VerifyInputs, seed: int) -> AcceptResult:
         """verify.mixed-batches: greedy rows (greedy_mask, temperature 0) and sampled rows in one batch, as vLLM
-        batches them (VERIFY-013, VERIFY-014)."""
+        batches them (VERIFY-013, 014, 016)."""
         return self._accept(inputs, greedy=inputs.greedy_mask.to(torch.bool), seed=seed)
 
     def consecutive_blocks(self, steps, seed: int) -> list:

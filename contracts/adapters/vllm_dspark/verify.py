@@ -129,7 +129,7 @@ class VLLMDSparkVerify:
 
     def mixed_block(self, inputs: VerifyInputs, seed: int) -> AcceptResult:
         """verify.mixed-batches: greedy rows (greedy_mask) at temperature 0 and sampled rows in one batch, as vLLM
-        batches them (VERIFY-013, VERIFY-014)."""
+        batches them (VERIFY-013, 014, 016)."""
         return self._accept(inputs, greedy=inputs.greedy_mask.to(torch.bool), seed=seed)
 
     def finalize(self, inputs: VerifyInputs, accept: AcceptResult) -> CommitResult:

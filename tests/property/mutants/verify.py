@@ -211,7 +211,7 @@ MUTANTS = [
            lambda mp: mp.setattr(reference, "finalize", _finalize_bonus_one_slot_late)),
     Mutant("commit-forgets-the-bonus", ("VERIFY-001",),
            lambda mp: mp.setattr(reference, "finalize", _finalize_anchor_not_committed)),
-    Mutant("mixed-mask-inverted", ("VERIFY-006", "VERIFY-013"),
+    Mutant("mixed-mask-inverted", ("VERIFY-006", "VERIFY-013", "VERIFY-016"),
            lambda mp: mp.setattr(reference, "select_mixed", _select_mixed_inverted)),
     Mutant("draft-ids-unchecked-flat-read", ("VERIFY-012",), _unchecked_ids),
     Mutant("target-temperature-not-applied", ("VERIFY-011", "LOSSLESS-005"),

@@ -27,6 +27,12 @@ FRESH_DRAWS = VerifyCase(bs=48, gamma=2, vocab=48, target_family="near_uniform",
                          draft_mode="sampled", seed=7, dtype="float32")
 
 
+def _inputs(engine, case):
+    inputs = build(case)
+    require_supported(engine, inputs)
+    return inputs
+
+
 def _rows_equal(what: str, got, want, rows: torch.Tensor, expected: str) -> None:
     for f in ACCEPT_FIELDS:
         mine, theirs = _i64(getattr(got, f)), _i64(getattr(want, f))
@@ -38,8 +44,7 @@ def _rows_equal(what: str, got, want, rows: torch.Tensor, expected: str) -> None
           "accept of the batch: a greedy row reads no randomness and no sampled companion", requires={VERIFY_MIXED},
           cases=MIXED)
 def mixed_greedy_rows(engine, case):
-    inputs = build(case)
-    require_supported(engine, inputs)
+    inputs = _inputs(engine, case)
     _rows_equal("greedy row of the mixed batch", engine.mixed_block(inputs, case.seed), engine.greedy_accept(inputs),
                 inputs.greedy_mask.to(torch.bool), "greedy accept")
 
@@ -48,8 +53,7 @@ def mixed_greedy_rows(engine, case):
           "the batch with the same seed: a sampled row's draws do not depend on its companions' kind",
           requires={VERIFY_MIXED}, cases=MIXED)
 def mixed_sampled_rows(engine, case):
-    inputs = build(case)
-    require_supported(engine, inputs)
+    inputs = _inputs(engine, case)
     _rows_equal("sampled row of the mixed batch", engine.mixed_block(inputs, case.seed),
                 engine.sample_block(inputs, case.seed), ~inputs.greedy_mask.to(torch.bool), "sampled accept")
 
@@ -58,8 +62,7 @@ def mixed_sampled_rows(engine, case):
           "its first step is the mixed batch alone, and its greedy rows give their greedy accept at every step",
           requires={VERIFY_MIXED}, cases=MIXED)
 def consecutive_steps_repeat(engine, case):
-    first = build(case)
-    require_supported(engine, first)
+    first = _inputs(engine, case)
     second = first.replace(prefix_lens=first.prefix_lens + 1)  # the next step: every position moved on
     greedy = first.greedy_mask.to(torch.bool)
     session = engine.consecutive_blocks([first, second], case.seed)

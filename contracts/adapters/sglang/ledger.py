@@ -12,7 +12,7 @@ _COMPANIONS = (
     "no request in the batch needs a top-k cut (dspark_verify._blockwise_rejection_applies); a greedy request is "
     "top-k 1, so one greedy companion moves every sampled row of the batch to the chain kernel's draws. Both paths "
     "are lossless; a row's draws are not invariant to its companions' kind, which VERIFY-016 holds engines with "
-    "per-request randomness to (VERIFY-016). Shrunk: bs 3, gamma 1, V 5, rows 0-1 sampled and row 2 greedy: row 0's bonus is 1 in "
+    "per-request randomness to. Shrunk: bs 3, gamma 1, V 5, rows 0-1 sampled and row 2 greedy: row 0's bonus is 1 in "
     "the mixed batch and 3 with every row sampled (same seed)"
 )
 

@@ -71,7 +71,7 @@ class VLLMDSparkDraftInputs:
                          case.bonus_tokens)
         commit = _prepare(case, states, block_table, q, windows, list(case.commit_lens),
                           [T - c for c in case.commit_lens], [0] * bs)
-        drafts = _greedy_drafts(draft, states, gamma, q, bs)
+        drafts = _greedy_drafts(draft, gamma, q, bs)
         per = lambda t, w: tuple(tuple(int(x) for x in row) for row in t[: bs * w].reshape(bs, w).tolist())  # noqa: E731
         ctx_slots = commit.context_slots[: bs * T].reshape(bs, T)
         return DraftObservation(
@@ -116,7 +116,7 @@ def _prepare(case, states, block_table, q, positions, num_sampled, num_rejected,
     return out
 
 
-def _greedy_drafts(prepared, states, gamma: int, q: int, bs: int) -> torch.Tensor:
+def _greedy_drafts(prepared, gamma: int, q: int, bs: int) -> torch.Tensor:
     """`DSparkSpeculator._sample_sequential` on the sample layout the kernel wrote, drafting greedily (no draft logits
     kept); query row j's hidden is a one-hot of j mod (VOCAB - 1), the draft head returns it as logits."""
     from vllm.v1.worker.gpu.spec_decode.dspark.speculator import DSparkSpeculator

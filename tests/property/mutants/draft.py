@@ -44,9 +44,8 @@ _real_sample_block = toy_models.ToyDrafter.sample_block
 
 def _bias_from_the_anchor(self, base, hidden, anchors, temperatures, gumbel):
     """Every draft's Markov bias reads the anchor, not the draft before it: position 0 alone is right."""
-    first = _real_sample_block(self, base[:, :1], hidden[:, :1], anchors, temperatures, gumbel[:, :1])
-    rows = [first] + [_real_sample_block(self, base[:, k:k + 1], hidden[:, k:k + 1], anchors, temperatures,
-                                         gumbel[:, k:k + 1]) for k in range(1, base.shape[1])]
+    rows = [_real_sample_block(self, base[:, k:k + 1], hidden[:, k:k + 1], anchors, temperatures, gumbel[:, k:k + 1])
+            for k in range(base.shape[1])]
     return tuple(torch.cat(parts, dim=1) for parts in zip(*rows))
 
 

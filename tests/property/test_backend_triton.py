@@ -20,11 +20,13 @@ from hypothesis import Phase
 import dspark.verify.dispatch as dispatch
 from contracts import oracle
 from contracts.adapters.reference import ReferenceAdapter
+from contracts.adapters.reference.placement import load_kernels
 from contracts.boundary.verify import VerifyCase
 from contracts.protocol import VERIFY, VERIFY_FLOAT64
 from contracts.registry import all_contracts
 from contracts.runner import run_contract
 from contracts.strategies.verify import build
+from contracts.triton_interpreter import skip_dead_overflow_checks
 from contracts.violation import ContractViolation
 from tests.hermetic import run_python
 
@@ -104,6 +106,21 @@ def test_the_triton_backend_calls_the_kernels_for_every_op(monkeypatch):
     for cid in ("VERIFY-002", "VERIFY-006"):  # greedy + block (finalize), and mixed
         run_contract(CONTRACTS[cid], ReferenceAdapter(backend="triton"), profile="ci", max_examples=5)
     assert {"greedy_accept", "sampling_accept", "finalize", "INTERPRETED"} <= set(seen), seen
+
+
+@interpreter
+def test_the_interpreter_skips_only_the_overflow_checks_nothing_reads(monkeypatch):
+    """With `debug` on the sanitiser's asserts fire, so its checks stay; with it off they are dead code, and the
+    pack's kernel load turns them off (the contracts above then run without them)."""
+    from triton.runtime import interpreter as triton_interpreter
+
+    builder = triton_interpreter.interpreter_builder
+    monkeypatch.setattr(builder, "options", dataclasses.replace(builder.options, sanitize_overflow=True, debug=True))
+    assert not skip_dead_overflow_checks() and builder.options.sanitize_overflow
+    monkeypatch.setattr(builder, "options", dataclasses.replace(builder.options, debug=False))
+    load_kernels("cpu")
+    assert not builder.options.sanitize_overflow
+    assert not skip_dead_overflow_checks()  # already off: nothing to do
 
 
 def test_the_adapter_takes_device_and_backend(monkeypatch):

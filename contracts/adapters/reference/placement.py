@@ -11,6 +11,8 @@ import importlib.util
 import os
 import sys
 
+from contracts.triton_interpreter import skip_dead_overflow_checks
+
 BACKENDS = ("torch", "triton", "auto")
 _KERNELS = "dspark.verify.triton_kernels"
 
@@ -49,6 +51,8 @@ def load_kernels(device: str) -> None:
     if device == "cpu" and _KERNELS not in sys.modules and not os.environ.get("TRITON_INTERPRET"):
         os.environ["TRITON_INTERPRET"] = "1"  # unset or empty; resolve_backend refused any other explicit value
     from dspark.verify import triton_kernels
+
+    skip_dead_overflow_checks()
 
     if triton_kernels.INTERPRETED != (device == "cpu"):
         want = "interpreted (TRITON_INTERPRET=1)" if device == "cpu" else "compiled (TRITON_INTERPRET unset)"

@@ -14,9 +14,10 @@ variation delta (mass shifted from its likeliest cell to its least likely
 positive cell), at the same n and alpha, for the family's weakest and
 strongest test.
 
-    python -m contracts.calibration [--draws N] [--contract ID ...]
+    python -m contracts.calibration [--draws N] [--contract ID ...] [--draw-share S]
 
-prints the table the README carries.
+prints the table the README carries; with `--draw-share S`, the same at a pack's draw share (the Monte-Carlo
+contracts' rows times S, as `check` runs them outside `nightly` on that engine).
 """
 
 from __future__ import annotations
@@ -106,12 +107,19 @@ def main(argv=None) -> int:
     parser.add_argument("--power-draws", type=int, default=2000, help="simulated runs per test and effect size")
     parser.add_argument("--contract", action="append", type=str.upper, choices=STAT_CONTRACTS,
                         help="a statistical contract id (default: all of them)")
+    parser.add_argument("--draw-share", type=float, default=1.0,
+                        help="run each contract's Monte-Carlo rows times this share, in (0, 1] (a pack's draw_shares)")
     args = parser.parse_args(argv)
     if args.draws < 1 or args.power_draws < 1:
         parser.error("--draws/--power-draws: must be positive")
+    if not 0 < args.draw_share <= 1:
+        parser.error("--draw-share: must be in (0, 1]")
     from contracts.engines import DEFAULT, load_engine
 
     engine = load_engine(DEFAULT)  # the statistical gate is calibrated on the default engine's laws
+    if args.draw_share < 1:
+        engine.draw_shares = dict.fromkeys(args.contract or STAT_CONTRACTS, args.draw_share)
+        print(f"draw share {args.draw_share:g}: each contract's Monte-Carlo rows times {args.draw_share:g}")
     families = [measure(record(cid, engine), args.draws, args.power_draws) for cid in args.contract or STAT_CONTRACTS]
     print(f"family-wise budget {stats.FAMILY_ALPHA:g} per contract run, effect-size floor TV {stats.TV_FLOOR}, "
           f"{args.draws:,} simulated null runs per test, {args.power_draws:,} per test and effect size")

@@ -14,7 +14,7 @@ from dataclasses import replace
 import torch
 from hypothesis import strategies as st
 
-from contracts import oracle, stats
+from contracts import budget, oracle, stats
 from contracts.boundary.engine import EngineSpec, LoopCase, RequestSpec
 from contracts.checks import expect, expect_equal
 from contracts.machine import engine_specs, join_via, run_decode_loop, single_thread
@@ -269,7 +269,7 @@ def sequence_law(engine):
     family = stats.Gate(len(configs))  # gated per configuration: a failing one ends the run
     with single_thread():
         for seed, (mode, frac, drafter, settings) in configs:
-            n = DIST_N_CAPPED if drafter == "oracle" else DIST_N
+            n = budget.rows(DIST_N_CAPPED if drafter == "oracle" else DIST_N)
             spec = EngineSpec(vocab_size=DIST_VOCAB, gamma=DIST_GAMMA, drafter=drafter, verify_mode=mode, force_budget_frac=frac,
                               seed=100 + seed, model_seed=5, pool_size=n, max_context_len=32)
             handle = engine.new_engine(spec)

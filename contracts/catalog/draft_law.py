@@ -22,7 +22,7 @@ import hashlib
 
 import torch
 
-from contracts import stats
+from contracts import budget, stats
 from contracts.boundary.engine import EngineSpec, RequestSpec
 from contracts.catalog.decode_loop import MAX_STEPS
 from contracts.checks import expect, expect_equal
@@ -83,14 +83,15 @@ def draft_law(engine):
     family = stats.Gate(len(configs))
     uniform = {b: 1.0 / PIT_BINS for b in range(PIT_BINS)}
     with single_thread():
+        n = budget.rows(DRAW_N)
         for seed, (mode, frac, drafter, temperature) in configs:
             name = f"{mode} frac={frac} {drafter} T={temperature}"
             spec = EngineSpec(vocab_size=DRAW_VOCAB, gamma=DRAW_GAMMA, drafter=drafter, verify_mode=mode,
-                              force_budget_frac=frac, seed=200 + seed, model_seed=7, pool_size=DRAW_N,
+                              force_budget_frac=frac, seed=200 + seed, model_seed=7, pool_size=n,
                               max_context_len=32)
             handle = engine.new_engine(spec)
             engine.add_requests(handle, [RequestSpec(i, DRAW_PROMPT, temperature, DRAW_TOKENS)
-                                         for i in range(DRAW_N)], join_via(engine, "local"))
+                                         for i in range(n)], join_via(engine, "local"))
             bins = [0] * PIT_BINS
             live = {v.rid for v in engine.request_views(handle) if v.live}
             for step in range(MAX_STEPS):
@@ -111,15 +112,15 @@ BLOCK_CONFIGS = (("mixed T=0/1", (0.0, 1.0)), ("T=0.5", (0.5,)), ("T=1.5", (1.5,
 LOGIT_ATOL = 1e-5  # engines hold the logits in float32
 
 
-def _markov_case(seed: int, temps: tuple):
+def _markov_case(seed: int, temps: tuple, bs: int):
     """Per-position base logits, a Markov bias table, anchors, per-row temperatures, seeds and anchor positions."""
     gen = torch.Generator().manual_seed(seed)
-    base = torch.randn(BLOCK_BS, BLOCK_N, BLOCK_VOCAB, generator=gen)
+    base = torch.randn(bs, BLOCK_N, BLOCK_VOCAB, generator=gen)
     bias = 2 * torch.randn(BLOCK_VOCAB, BLOCK_VOCAB, generator=gen)  # strong enough that the previous token matters
-    anchors = torch.randint(0, BLOCK_VOCAB, (BLOCK_BS,), generator=gen)
-    temperatures = torch.tensor([temps[r % len(temps)] for r in range(BLOCK_BS)], dtype=torch.float32)
-    seeds = 1000 * seed + torch.arange(BLOCK_BS)
-    positions = torch.randint(1, 512, (BLOCK_BS,), generator=gen)
+    anchors = torch.randint(0, BLOCK_VOCAB, (bs,), generator=gen)
+    temperatures = torch.tensor([temps[r % len(temps)] for r in range(bs)], dtype=torch.float32)
+    seeds = 1000 * seed + torch.arange(bs)
+    positions = torch.randint(1, 512, (bs,), generator=gen)
     return base, bias, anchors, temperatures, seeds, positions
 
 
@@ -131,13 +132,14 @@ def _markov_case(seed: int, temps: tuple):
 def markov_block_law(engine):
     family = stats.Gate(len(BLOCK_CONFIGS))
     uniform = {b: 1.0 / PIT_BINS for b in range(PIT_BINS)}
+    bs = budget.rows(BLOCK_BS)
     with single_thread():
         for seed, (name, temps) in enumerate(BLOCK_CONFIGS, start=1):
-            base, bias, anchors, temperatures, seeds, positions = _markov_case(seed, temps)
+            base, bias, anchors, temperatures, seeds, positions = _markov_case(seed, temps, bs)
             drafts, logits = engine.markov_draft(base, bias, anchors, temperatures, seeds, positions)
             drafts, logits = torch.as_tensor(drafts), torch.as_tensor(logits)
-            expect_equal(f"{name}: drafts shape", (BLOCK_BS, BLOCK_N), tuple(drafts.shape))
-            expect_equal(f"{name}: logits shape", (BLOCK_BS, BLOCK_N, BLOCK_VOCAB), tuple(logits.shape))
+            expect_equal(f"{name}: drafts shape", (bs, BLOCK_N), tuple(drafts.shape))
+            expect_equal(f"{name}: logits shape", (bs, BLOCK_N, BLOCK_VOCAB), tuple(logits.shape))
             bins = [0] * PIT_BINS
             prev = anchors.to(torch.int64)
             for k in range(BLOCK_N):
@@ -151,7 +153,7 @@ def markov_block_law(engine):
                 x = drafts[:, k].to(torch.int64)
                 bad = ((x < 0) | (x >= BLOCK_VOCAB)).nonzero()
                 expect(len(bad) == 0, f"{name} draft {k}: ids", f"in [0, {BLOCK_VOCAB})", drafts[bad[:1, 0], k].tolist())
-                for r in range(BLOCK_BS):
+                for r in range(bs):
                     t, token = float(temperatures[r]), int(x[r])
                     if t == 0:
                         top = float(law_logits[r].max())

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from contracts import oracle, stats
+from contracts import budget, oracle, stats
 from contracts.boundary.verify import VerifyInputs
 from contracts.protocol import VERIFY, VERIFY_CHAIN
 from contracts.registry import contract
@@ -83,7 +83,7 @@ def _positional_scenario(seed, temperatures):
     gamma, v = 3, 8
     for kind in ("sampled", "one_hot"):
         for t in temperatures:
-            n = N_POSITIONAL if t == 1.0 else N_TEMPERATURE
+            n = budget.rows(N_POSITIONAL if t == 1.0 else N_TEMPERATURE)
             p, q = _positional_rows(gen, gamma, v)
             if kind == "one_hot":  # a point-mass draft proposing the target's likely tokens (a sharpened target)
                 q = p[:gamma] ** 4 / (p[:gamma] ** 4).sum(-1, keepdim=True)
@@ -132,7 +132,7 @@ def _markov_scenario(seed):
     target = family_rows(gen, "dense", v, v)
     tables = {"sampled": family_rows(gen, "dense", v, v),
               "one_hot": torch.eye(v, dtype=torch.float64).roll(1, 0)}  # deterministic draft: v -> v+1 mod V
-    lens = torch.arange(1, gamma + 2).repeat_interleave(N_PER_CAP)
+    lens = torch.arange(1, gamma + 2).repeat_interleave(budget.rows(N_PER_CAP))
     for kind, table in tables.items():
         cand = [torch.full((lens.numel(),), anchor)]
         for _ in range(gamma):

@@ -26,6 +26,15 @@ def test_the_power_shift_moves_the_mass_it_names(law):
     assert float(out.sum()) == pytest.approx(1.0) and bool((out[law == 0] == 0).all())
 
 
+def test_a_draw_share_is_calibrated_at_the_rows_it_runs(capsys):
+    engine = ReferenceAdapter()
+    engine.draw_shares = {"LOSSLESS-003": 0.5}
+    assert {n for _, _, n, _ in calibration.record("LOSSLESS-003", engine).tests} == {20_000}
+    with pytest.raises(SystemExit):
+        calibration.main(["--draw-share", "0"])
+    assert "--draw-share: must be in (0, 1]" in capsys.readouterr().err
+
+
 def test_a_contract_without_a_gate_is_refused():
     with pytest.raises(ValueError, match="contract_id: VERIFY-001 ran no statistical gate"):
         calibration.record("VERIFY-001", ReferenceAdapter())

@@ -1,5 +1,6 @@
 """A pack's `example_shares` (contracts.budget): the share scales the profile's examples for that contract only, on
-both kinds of contract (Hypothesis cases and the decode-loop machine), and a bad declaration fails at load."""
+both kinds of contract (Hypothesis cases and the decode-loop machine), and a bad declaration fails at load. Its
+`draw_shares` do the same for a Monte-Carlo contract's rows, outside `nightly` only."""
 
 import pytest
 
@@ -12,9 +13,15 @@ pytestmark = pytest.mark.cpu
 
 
 class Counting(ReferenceAdapter):
-    def __init__(self, shares):
+    def __init__(self, shares, draw_shares=None):
         super().__init__()
-        self.example_shares, self.calls, self.steps = shares, 0, 0
+        self.example_shares, self.calls, self.steps, self.rows = shares, 0, 0, 0
+        if draw_shares is not None:
+            self.draw_shares = draw_shares
+
+    def sample_block(self, inputs, seed):
+        self.rows += inputs.bs
+        return super().sample_block(inputs, seed)
 
     def greedy_accept(self, inputs):
         self.calls += 1
@@ -25,9 +32,9 @@ class Counting(ReferenceAdapter):
         return super().new_engine(spec)
 
 
-def _calls(shares, cid, counter):
-    engine = Counting(shares)
-    run_contract(all_contracts()[cid], engine, profile="ci")
+def _calls(shares, cid, counter, draw_shares=None, profile="ci"):
+    engine = Counting(shares, draw_shares)
+    run_contract(all_contracts()[cid], engine, profile=profile)
     return getattr(engine, counter)
 
 
@@ -44,6 +51,26 @@ def test_a_share_scales_the_decode_loop_machine():
     full = _calls({}, "LOOP-004", "steps")
     half = _calls({"LOOP-004": 0.5}, "LOOP-004", "steps")
     assert half < 0.75 * full, (half, full)
+
+
+def test_a_draw_share_scales_the_rows_of_its_contract_outside_nightly():
+    full = _calls({}, "LOSSLESS-004", "rows")
+    assert _calls({}, "LOSSLESS-004", "rows", {"LOSSLESS-004": 0.5}) == full // 2
+    assert _calls({}, "LOSSLESS-004", "rows", {"LOSSLESS-003": 0.5}) == full
+    assert _calls({}, "LOSSLESS-004", "rows", {"LOSSLESS-004": 0.5}, profile="nightly") == full
+
+
+@pytest.mark.parametrize("shares, field", [
+    ({"VERIFY-003": 0.5}, "draw_shares: VERIFY-003 draws no Monte-Carlo rows"),
+    ({"LOSSLESS-004": 0}, "draw_shares['LOSSLESS-004']: expected a share in (0, 1]"),
+    ({"LOSSLESS-999": 0.5}, "draw_shares: unknown contract id 'LOSSLESS-999'"),
+])
+def test_a_bad_draw_share_names_the_field_at_load(shares, field):
+    engine = ReferenceAdapter()
+    engine.draw_shares = shares
+    with pytest.raises(ValueError) as caught:
+        validation.validate_adapter(engine)
+    assert field in str(caught.value)
 
 
 @pytest.mark.parametrize("shares, error, field", [

@@ -57,6 +57,12 @@ class DeepSpecAdapter(DeepSpecVerify, DeepSpecMarkovDraft, DeepSpecStep):
         "VERIFY-012": "DeepSpec's drafter samples ids from its LM head over the target's vocabulary: no producer emits "
                       "a draft id >= V",
     }
+    # DeepSpec verifies one request per call (`verify_draft_tokens` reads row 0), so each verify-level Monte-Carlo
+    # row costs a call: half of them outside `nightly` (contracts.budget; their power at the share is in
+    # docs/engines/deepspec.md). Not DIST-001's generations: at half of them #31's re-inserted bug goes unseen.
+    # Half the decode-loop machine's examples: it decodes one request at a time.
+    draw_shares = {f"LOSSLESS-{i:03d}": 0.5 for i in range(3, 7)}
+    example_shares = {f"LOOP-{i:03d}": 0.5 for i in range(1, 5)}
     # --coverage: DeepSpec's DSpark eval and modeling code the levels reach.
     coverage_modules = ("deepspec.eval.base_evaluator", "deepspec.eval.dspark.draft_ops",
                         "deepspec.eval.dspark.evaluator", "deepspec.modeling.dspark.markov_head",

@@ -140,7 +140,8 @@ class DeepSpecStep:
             mspec = ModelSpec(spec.vocab_size, spec.gamma, _DRAFTERS[spec.drafter], confidence_head=True,
                               model_seed=spec.model_seed)
             target, drafter = build_models(mspec)
-            cache[key] = (target, drafter, copy.deepcopy(target).to(torch.float64))
+            # The float64 copy's logits per prefix are shared by every handle on these models (DIST-001's configs).
+            cache[key] = (target, drafter, copy.deepcopy(target).to(torch.float64), {})
             while len(cache) > 8:
                 cache.pop(next(iter(cache)))
         return cache[key]
@@ -157,8 +158,8 @@ class DeepSpecStep:
             raise ValueError(f"vocab_size: at least 2, got {spec.vocab_size!r}")
         if not isinstance(spec.gamma, int) or spec.gamma < 1:
             raise ValueError(f"gamma: the drafter's block, at least 1, got {spec.gamma!r}")
-        target, drafter, target64 = self._models(spec)
-        return _Handle(spec, target, drafter, target64)
+        target, drafter, target64, memo = self._models(spec)
+        return _Handle(spec, target, drafter, target64, logits_memo=memo)
 
     def _check_request(self, handle: _Handle, r: RequestSpec) -> None:
         if not isinstance(r, RequestSpec):
@@ -319,7 +320,7 @@ class DeepSpecStep:
         return views
 
     def target_next_logits(self, handle: _Handle, sequence) -> torch.Tensor:
-        """The target's logits after `sequence`, from a float64 copy of the same weights (memoised per handle)."""
+        """The target's logits after `sequence`, from a float64 copy of the same weights (memoised per model)."""
         key = tuple(int(t) for t in sequence)
         if not key:
             raise ValueError("sequence: at least one token")

@@ -117,10 +117,11 @@ def main(argv=None) -> int:
     from contracts.engines import DEFAULT, load_engine
 
     engine = load_engine(DEFAULT)  # the statistical gate is calibrated on the default engine's laws
+    ids = args.contract or STAT_CONTRACTS
     if args.draw_share < 1:
-        engine.draw_shares = dict.fromkeys(args.contract or STAT_CONTRACTS, args.draw_share)
+        engine.draw_shares = dict.fromkeys(ids, args.draw_share)
         print(f"draw share {args.draw_share:g}: each contract's Monte-Carlo rows times {args.draw_share:g}")
-    families = [measure(record(cid, engine), args.draws, args.power_draws) for cid in args.contract or STAT_CONTRACTS]
+    families = [measure(record(cid, engine), args.draws, args.power_draws) for cid in ids]
     print(f"family-wise budget {stats.FAMILY_ALPHA:g} per contract run, effect-size floor TV {stats.TV_FLOOR}, "
           f"{args.draws:,} simulated null runs per test, {args.power_draws:,} per test and effect size")
     print(table(families))

@@ -8,6 +8,7 @@ except the two exact-law contracts, which need `verify.float64`, and would fail 
 """
 
 import dataclasses
+import importlib
 import importlib.util
 import json
 import os
@@ -26,7 +27,7 @@ from contracts.protocol import VERIFY, VERIFY_FLOAT64
 from contracts.registry import all_contracts
 from contracts.runner import run_contract
 from contracts.strategies.verify import build
-from contracts.triton_interpreter import skip_dead_overflow_checks
+from contracts.triton_interpreter import skip_dead_overflow_checks, skip_repeated_language_patches
 from contracts.violation import ContractViolation
 from tests.hermetic import run_python
 
@@ -121,6 +122,77 @@ def test_the_interpreter_skips_only_the_overflow_checks_nothing_reads(monkeypatc
     load_kernels("cpu")
     assert not builder.options.sanitize_overflow
     assert not skip_dead_overflow_checks()  # already off: nothing to do
+
+
+# A kernel calling device functions from two modules: one sees `triton.language` as the kernel does (already
+# patched inside the launch), one sees only `triton.language.core` (not patched by this launch: it must patch).
+_NESTED = {
+    "nested_tl": """
+import triton
+import triton.language as tl
+
+@triton.jit
+def twice(x):
+    return x * 2
+""",
+    "nested_core": """
+import triton
+import triton.language.core as tlc
+
+@triton.jit
+def low(ptr, offs, n):
+    return tlc.load(ptr + offs, mask=offs < n, other=0)
+""",
+    "nested_kernel": """
+import triton
+import triton.language as tl
+from nested_tl import twice
+from nested_core import low
+
+@triton.jit
+def kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    y = twice(low(x_ptr, offs, n))
+    for _ in range(3):
+        y = twice(y) - y
+    tl.store(out_ptr + offs, y, mask=offs < n)
+""",
+}
+
+
+@interpreter
+def test_nested_jit_calls_skip_only_the_patching_their_launch_did(tmp_path, monkeypatch):
+    """The same results with the skip as without; each launch still patches (the state ends with the launch);
+    a nested call that sees only modules its launch patched skips, one that sees another module patches it."""
+    from triton.runtime import interpreter as triton_interpreter
+
+    for name, source in _NESTED.items():
+        (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    kernel = importlib.import_module("nested_kernel").kernel
+    original = getattr(triton_interpreter._patch_lang, "__wrapped__", triton_interpreter._patch_lang)
+    calls = []
+
+    def counting(fn):
+        calls.append(fn.__name__)
+        return original(fn)
+
+    monkeypatch.setattr(triton_interpreter, "_patch_lang", counting)
+    x = torch.arange(37, dtype=torch.int32)
+
+    def launch():
+        calls.clear()
+        out = torch.zeros_like(x)
+        kernel[(3,)](x, out, x.numel(), BLOCK=16)
+        return out
+
+    want = launch()
+    assert torch.equal(want, x * 2) and calls.count("twice") == 3 * 4 and calls.count("low") == 3, calls
+    assert skip_repeated_language_patches()  # wraps the counter
+    for _ in range(2):
+        assert torch.equal(launch(), want)
+        assert calls == ["kernel", "low"], calls
+    assert not skip_repeated_language_patches()  # already installed: nothing to do
 
 
 def test_the_adapter_takes_device_and_backend(monkeypatch):

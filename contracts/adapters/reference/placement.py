@@ -11,7 +11,7 @@ import importlib.util
 import os
 import sys
 
-from contracts.triton_interpreter import skip_dead_overflow_checks
+from contracts.triton_interpreter import skip_dead_work
 
 BACKENDS = ("torch", "triton", "auto")
 _KERNELS = "dspark.verify.triton_kernels"
@@ -52,7 +52,7 @@ def load_kernels(device: str) -> None:
         os.environ["TRITON_INTERPRET"] = "1"  # unset or empty; resolve_backend refused any other explicit value
     from dspark.verify import triton_kernels
 
-    skip_dead_overflow_checks()
+    skip_dead_work()
 
     if triton_kernels.INTERPRETED != (device == "cpu"):
         want = "interpreted (TRITON_INTERPRET=1)" if device == "cpu" else "compiled (TRITON_INTERPRET unset)"

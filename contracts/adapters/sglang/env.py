@@ -44,7 +44,7 @@ from types import SimpleNamespace
 from typing import Any, Iterator, Optional
 
 from contracts.patching import patched
-from contracts.triton_interpreter import skip_dead_overflow_checks
+from contracts.triton_interpreter import skip_dead_work
 
 __all__ = [
     "SGLANG_VERSION",
@@ -272,7 +272,7 @@ def prepare_sglang_import() -> None:
             f"imported sglang reports {sglang.__version__} (from {getattr(sglang, '__file__', '?')}), "
             f"but sglang {installed} is installed; another copy shadows it on sys.path"
         )
-    skip_dead_overflow_checks()
+    skip_dead_work()
     _PREPARED = True
 
 

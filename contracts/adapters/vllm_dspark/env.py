@@ -40,7 +40,7 @@ import importlib.util
 import os
 from typing import Optional
 
-from contracts.triton_interpreter import skip_dead_overflow_checks
+from contracts.triton_interpreter import skip_dead_work
 
 __all__ = ["VLLM_DIST", "VLLM_VERSION", "INSTALL_HINT", "vllm_dspark_unavailable_reason", "check_vllm_dspark_installed",
            "prepare_vllm_dspark_import"]
@@ -109,7 +109,7 @@ def prepare_vllm_dspark_import() -> None:
     if getattr(vllm, "__version__", installed) != installed:
         raise RuntimeError(f"imported vllm reports {vllm.__version__} (from {getattr(vllm, '__file__', '?')}), but "
                            f"{VLLM_DIST} {installed} is installed; another copy shadows it on sys.path")
-    skip_dead_overflow_checks()
+    skip_dead_work()
     # No CUDA device: vLLM's platform is the unspecified one, which claims pinned memory (and so UVA). Report none,
     # as vLLM's platforms do where pinning is impossible, so its buffers take their NonUvaBuffer (plain CPU) path.
     from vllm.platforms import current_platform

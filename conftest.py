@@ -14,3 +14,10 @@ if not torch.cuda.is_available():
 
 # The contracts' pytest plugin: markers, Hypothesis profiles, --engine, the contract table.
 pytest_plugins = ["contracts.plugin", "pytester"]
+
+
+def pytest_collection_finish(session):
+    # Every test module and what it imports is loaded now: keep the collector's full passes off them.
+    from contracts.plugin import settle_heap
+
+    settle_heap()

@@ -54,9 +54,13 @@ def skip_repeated_language_patches() -> bool:
             self.scope.restore()
             patched.clear()
 
+    @functools.lru_cache(maxsize=None)  # a jit function's module-level imports stay put
+    def _languages_seen(fn) -> frozenset:
+        return frozenset(id(v) for v in fn.__globals__.values() if inspect.ismodule(v) and v in languages)
+
     @functools.wraps(patch)
     def _patch_lang(fn):
-        seen = {id(v) for v in fn.__globals__.values() if inspect.ismodule(v) and v in languages}
+        seen = _languages_seen(fn)
         if not patched:  # a launch begins (nested calls only happen inside one)
             patched.update(seen)
             return _LaunchScope(patch(fn))

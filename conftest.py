@@ -18,6 +18,6 @@ pytest_plugins = ["contracts.plugin", "pytester"]
 
 def pytest_collection_finish(session):
     # Every test module and what it imports is loaded now: keep the collector's full passes off them.
-    from contracts.plugin import settle_heap
+    from contracts import heap
 
-    settle_heap()
+    heap.settle()

@@ -11,13 +11,12 @@ keeps the table as its `table` attribute; `--contracts-json PATH` writes it as J
 
 from __future__ import annotations
 
-import gc
 import os
 
 import pytest
 from hypothesis import settings
 
-from contracts import profiles
+from contracts import heap, profiles
 from contracts.engines import EngineLoadError, chosen_engine, load_engine, pack_class
 from contracts.report import HARDENING, HARNESS_ERROR, HARNESS_KEYS, ContractTable, engine_properties, failure_properties
 from contracts.violation import HarnessError, find_violation, harness_error
@@ -171,6 +170,7 @@ class Preloaded:
         config.stash[_LOAD_WARNINGS] = self.load_warnings
         config.stash[_ENGINE] = self.engine
         config.stash[_PRELOADED] = True  # its loader showed the version line already
+        heap.settle()
 
     def pytest_dspark_contracts_table(self, config, table):
         self.table = table
@@ -192,17 +192,9 @@ def engine(pytestconfig):
         except ValueError as e:
             pytest.exit(f"dspark-contracts: {e}", returncode=2)
         pytestconfig.stash[_ENGINE] = engine
-        settle_heap()
+        heap.settle()
     return pytestconfig.stash[_ENGINE]
 
-
-def settle_heap() -> None:
-    """Exempt what is loaded for the whole session (the engine's modules, torch, the catalog) from the collector's
-    later passes, as SGLang's own `freeze_gc` does after start-up. With half a million such objects each full
-    pass took 0.4 s: the automatic ones, and the `gc.collect()` an SGLang engine calls at every construction.
-    Collected first, so no garbage is frozen."""
-    gc.collect()
-    gc.freeze()
 
 
 def _cuda_capability():

@@ -71,6 +71,7 @@ from typing import Optional
 
 import torch
 
+from contracts import heap
 from contracts.adapters.sglang import env as sglang_env
 from contracts.boundary.engine import DraftDraws, EngineSpec, RequestView, StepLaws, StepView
 from contracts.patching import patched
@@ -389,6 +390,7 @@ def cached_slot(key, build) -> _Slot:
     """The Scheduler cached under `key`, built by `build()` on first use."""
     if key not in _SLOTS:
         _SLOTS[key] = build()
+        heap.settle()  # a cached Scheduler lives for the session: its next constructions' gc.collect() skip it
     return _SLOTS[key]
 
 

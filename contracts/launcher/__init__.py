@@ -37,7 +37,7 @@ from contracts.launcher.diagnosis import RankFailure
 from contracts.launcher.supervision import Ranks, loopback_ifname
 
 __all__ = ["DEFAULT_STARTUP_TIMEOUT_S", "DEFAULT_TIMEOUT_S", "BACKENDS", "Collectives", "LaunchResult", "RankFailure",
-           "launch"]
+           "launch", "start_forkserver"]
 
 DEFAULT_TIMEOUT_S = 30.0  # per collective; read at call time
 DEFAULT_STARTUP_TIMEOUT_S = 60.0
@@ -115,6 +115,16 @@ def _start_method(start_method: Optional[str], backend: str) -> str:
     if start_method not in methods:
         raise ValueError(f"start_method: expected one of {methods} or None, got {start_method!r}")
     return start_method
+
+
+def start_forkserver(program) -> None:
+    """Start the forkserver `launch` forks ranks from where this process holds a process group, with `program`'s
+    PRELOAD importing there, and return at once: on a machine with a spare core that import (SGLang's takes about
+    16 s) then runs beside this process's work instead of inside the first launch. A no-op when it runs already."""
+    from multiprocessing import forkserver
+
+    mp.get_context("forkserver").set_forkserver_preload(list(getattr(program, "PRELOAD", ())))
+    forkserver.ensure_running()
 
 
 def _picklable(payload) -> None:

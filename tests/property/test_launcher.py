@@ -291,19 +291,23 @@ def test_the_default_timeout_is_read_at_call_time(monkeypatch):
 def test_ranks_come_from_a_forkserver_where_this_process_holds_a_process_group(tmp_path):
     """An engine may hold its own torch.distributed group in this process (SGLang's scheduler does, at the step
     level). A forked rank inherits its gloo threads broken and cannot form another group (a segfault or 'initialize
-    the default process group twice'), so the launcher forks them from a forkserver then. In a fresh interpreter, so this test's
-    process keeps no group."""
+    the default process group twice'), so the launcher forks them from a forkserver then; one started ahead
+    (`start_forkserver`, so its imports overlap other work) is the one they come from. In a fresh interpreter, so
+    this test's process keeps no group."""
     import subprocess
     import sys
 
     code = (
         "import torch.distributed as dist\n"
-        "from contracts.launcher import launch\n"
+        "from multiprocessing import forkserver\n"
+        "from contracts.launcher import launch, start_forkserver\n"
         "from tests.property.test_launcher import Gather\n"
         f"dist.init_process_group('gloo', init_method='file://{tmp_path}/group', rank=0, world_size=1)\n"
+        "start_forkserver(Gather)\n"
+        "ahead = forkserver._forkserver._forkserver_pid\n"
         "result = launch(Gather, 2, 1, steps=2, timeout_s=30.0)\n"
-        "print(result.start_method, result.observations[0][0]['b'])\n")
+        "print(result.start_method, result.observations[0][0]['b'], ahead == forkserver._forkserver._forkserver_pid)\n")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180,
                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     assert run.returncode == 0, run.stderr[-2000:]
-    assert run.stdout.split()[0] == "forkserver", run.stdout
+    assert run.stdout.split()[0] == "forkserver" and run.stdout.split()[-1] == "True", run.stdout

@@ -73,7 +73,9 @@ import torch
 
 from contracts import heap
 from contracts.adapters.sglang import env as sglang_env
+from contracts.adapters.sglang.ranks import SGLangTpProgram
 from contracts.boundary.engine import DraftDraws, EngineSpec, RequestView, StepLaws, StepView
+from contracts.launcher import start_forkserver
 from contracts.patching import patched
 
 MODEL_VOCAB = 64  # = hidden size: the target's embedding is the identity
@@ -391,6 +393,9 @@ def cached_slot(key, build) -> _Slot:
     if key not in _SLOTS:
         _SLOTS[key] = build()
         heap.settle()  # a cached Scheduler lives for the session: its next constructions' gc.collect() skip it
+        # This process now holds the Scheduler's process group, so ranks fork from a forkserver: start it now, and
+        # its SGLang import runs on the other core while the contracts go on.
+        start_forkserver(SGLangTpProgram)
     return _SLOTS[key]
 
 

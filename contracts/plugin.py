@@ -196,7 +196,6 @@ def engine(pytestconfig):
     return pytestconfig.stash[_ENGINE]
 
 
-
 def _cuda_capability():
     import torch
 

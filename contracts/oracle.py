@@ -177,10 +177,11 @@ def lowest_argmax(x: torch.Tensor) -> torch.Tensor:
 
 
 def _cut(row: list, keep) -> list:
-    """`row` with every token `keep(p, more)` refuses set to 0, renormalised (correctly rounded sum); `more` is the
-    list of the row's probabilities strictly greater than `p` (counted on a sorted copy: the same set as a scan)."""
+    """`row` with every token `keep(more)` refuses set to 0, renormalised (correctly rounded sum); `more` is the
+    list of the row's probabilities strictly greater than the token's (counted on a sorted copy: the same set as a
+    scan)."""
     ascending = sorted(row)
-    kept = [p if keep(p, ascending[bisect.bisect_right(ascending, p):]) else 0.0 for p in row]
+    kept = [p if keep(ascending[bisect.bisect_right(ascending, p):]) else 0.0 for p in row]
     total = math.fsum(kept)
     return [p / total for p in kept]
 
@@ -207,9 +208,9 @@ def sampling_law(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0,
     rows = p.reshape(-1, v).tolist()
     for i, row in enumerate(rows):
         if 0 < top_k < v:
-            row = _cut(row, lambda x, more: len(more) < top_k)
+            row = _cut(row, lambda more: len(more) < top_k)
         if top_p < 1:
             # The sign of a correctly rounded sum is exact: no rounding of the mass before it meets top_p.
-            row = _cut(row, lambda x, more: math.fsum([*more, -top_p]) < 0)
+            row = _cut(row, lambda more: math.fsum([*more, -top_p]) < 0)
         rows[i] = row
     return torch.tensor(rows, dtype=torch.float64).reshape(p.shape)

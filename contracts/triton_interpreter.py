@@ -9,8 +9,8 @@ Two kinds, both switched off here for the interpreter already imported in the pr
   option off changes no result, only the time. With `debug` on the option is left alone: the asserts then fire.
 - Repeated language patching. A launch replaces `triton.language`'s builtins with interpreted ones for its run and
   restores them after; every call of a nested `@triton.jit` function inside it scans those modules again
-  (`inspect.getmembers`, about 0.2 ms) to patch what is already patched. SGLang's chain kernel makes 64,000 such
-  calls in DIST-001. A nested call now skips the scan when every language module it sees was patched by the
+  (`inspect.getmembers`, about 0.2 ms) to patch what is already patched. SGLang's chain kernel makes about 59,000
+  such calls in DIST-001. A nested call now skips the scan when every language module it sees was patched by the
   launch it runs in (never between launches: Triton leaks a nested call's patches of modules the launch did not
   patch, so "looks patched" is not the test).
 """

@@ -2,6 +2,7 @@
 
 import pytest
 
+from contracts.machine import shared_runs
 from contracts.registry import all_contracts
 from contracts.report import HARDENING
 from contracts.runner import run_with_ledger
@@ -14,12 +15,19 @@ def _param(contract):
     return pytest.param(contract.id, marks=marks, id=contract.id)
 
 
+@pytest.fixture(scope="module")
+def machine_runs():
+    """This session's decode-loop machine runs: LOOP-001..004 check their families over one run of them all."""
+    return {}
+
+
 @pytest.mark.parametrize("contract_id", [_param(c) for c in CONTRACTS.values()])
-def test_contract(contract_id, engine, request):
+def test_contract(contract_id, engine, request, machine_runs):
     # Hardening: on this engine the contract's inputs are ones its own producers never emit (the pack says why).
     why = getattr(engine, "hardening", {}).get(contract_id)
     if why is not None:
         request.node.user_properties.append(("dspark_hardening", why))
         if not request.config.getoption("hardening"):
             pytest.skip(f"{HARDENING}: {why} (run with --hardening)")
-    run_with_ledger(CONTRACTS[contract_id], engine)
+    with shared_runs(machine_runs):
+        run_with_ledger(CONTRACTS[contract_id], engine)

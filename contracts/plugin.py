@@ -196,6 +196,13 @@ def engine(pytestconfig):
     return pytestconfig.stash[_ENGINE]
 
 
+@pytest.fixture(scope="session")
+def machine_runs():
+    """This session's decode-loop machine runs: LOOP-001..004 check their families over one run of them all
+    (contracts.machine.shared_runs)."""
+    return {}
+
+
 def _cuda_capability():
     import torch
 

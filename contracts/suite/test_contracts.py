@@ -15,12 +15,6 @@ def _param(contract):
     return pytest.param(contract.id, marks=marks, id=contract.id)
 
 
-@pytest.fixture(scope="module")
-def machine_runs():
-    """This session's decode-loop machine runs: LOOP-001..004 check their families over one run of them all."""
-    return {}
-
-
 @pytest.mark.parametrize("contract_id", [_param(c) for c in CONTRACTS.values()])
 def test_contract(contract_id, engine, request, machine_runs):
     # Hardening: on this engine the contract's inputs are ones its own producers never emit (the pack says why).

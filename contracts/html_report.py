@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from html import escape
 
-from contracts.report import placement_text
+from contracts.report import placement_text, share_text
 
 RESULTS = ("passed", "failed", "known-failure", "hardening", "skipped", "harness-error")
 _LINKED = ("failed", "known-failure", "harness-error")  # cells that link to their details
@@ -24,7 +24,7 @@ table{border-collapse:collapse}th,td{border:1px solid #ccc;padding:3px 8px;text-
 th{background:#f3f3f3}tbody th{white-space:nowrap}td.statement{max-width:560px;font-size:12px;color:#444}
 td.passed{background:#e3f5e1}td.failed{background:#f9d6d5;font-weight:bold}
 td.known-failure{background:#fdf0c8}
-td.harness-error{background:#f3d9f7;font-weight:bold}td a{color:inherit}td .why{display:block;font-size:11px;color:#555}
+td.harness-error{background:#f3d9f7;font-weight:bold}td a{color:inherit}td .why,td .share{display:block;font-size:11px;color:#555}
 .strip{display:flex;flex-wrap:wrap;gap:10px;margin:8px 0 4px}.strip .run{border:1px solid #ccc;padding:6px 10px}
 .strip .name{font-weight:bold;margin-right:6px}.count{display:inline-block;padding:1px 6px;margin:2px;border-radius:3px}
 .count.passed{background:#e3f5e1}.count.failed{background:#f9d6d5}.count.known-failure{background:#fdf0c8}
@@ -144,7 +144,9 @@ def _cell(row, run, run_index: int) -> str:
         why = _skip_reason(row, run)
     elif result == "hardening":
         why = "not run (hardening)"
+    share = share_text(float(row.get("example_share", 1)), float(row.get("draw_share", 1)))
     why = f'<span class="why">{escape(why)}</span>' if why else ""
+    why += f'<span class="share">{escape(share)}</span>' if share else ""
     tip = f' title="{escape(row["detail"])}"' if row.get("detail") else ""
     return f'<td class="{escape(result)}"{tip}>{text} <small>{float(row["seconds"]):.1f}s</small>{why}</td>'
 

@@ -18,7 +18,7 @@ from hypothesis import settings
 
 from contracts import heap, profiles
 from contracts.engines import EngineLoadError, chosen_engine, load_engine, pack_class
-from contracts.report import HARDENING, HARNESS_ERROR, HARNESS_KEYS, ContractTable, engine_properties, failure_properties
+from contracts.report import HARDENING, HARNESS_ERROR, HARNESS_KEYS, ContractTable, engine_properties, failure_properties, share_properties
 from contracts.violation import HarnessError, find_violation, harness_error
 
 OPT_IN = ("bench", "e2e", "nightly", "triton")  # collected only when -m names them
@@ -277,7 +277,10 @@ def pytest_runtest_makereport(item, call):
     if item.get_closest_marker("contract") is None:
         return report
     if _ENGINE in item.config.stash:
-        report.user_properties.extend(engine_properties(item.config.stash[_ENGINE]))
+        engine = item.config.stash[_ENGINE]
+        report.user_properties.extend(engine_properties(engine))
+        report.user_properties.extend(share_properties(engine, item.get_closest_marker("contract").args[0],
+                                                       _profile_name()))
     exc = None if call.excinfo is None else call.excinfo.value
     props = []
     if exc is not None and report.failed and not isinstance(exc, pytest.fail.Exception):  # Failed: the ledger's word

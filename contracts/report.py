@@ -24,6 +24,7 @@ ENGINE_KEYS = ("dspark_engine", "dspark_engine_name", "dspark_engine_spec", "dsp
 FAILURE_KEYS = {"field": "dspark_field", "expected": "dspark_expected", "observed": "dspark_observed",
                 "case": "dspark_case", "repro": "dspark_repro", "message": "dspark_message", "where": "dspark_where"}
 HARNESS_KEYS = ("dspark_harness_error", "dspark_traceback")
+SHARE_KEYS = ("dspark_example_share", "dspark_draw_share")  # a contract run at a share of its budget (contracts.budget)
 
 
 def engine_properties(engine) -> list:
@@ -51,6 +52,21 @@ def failure_properties(violation) -> list:
     return [(FAILURE_KEYS[k], str(v)) for k, v in values.items()]
 
 
+def share_properties(engine, contract_id: str, profile: str) -> list:
+    """The shares this contract ran at on this engine, where below 1 (a draw share never applies under nightly)."""
+    from contracts import budget
+
+    example = budget.shares(engine).get(contract_id, 1.0)
+    draw = 1.0 if profile == "nightly" else budget.shares(engine, "draw_shares").get(contract_id, 1.0)
+    return [(key, str(float(v))) for key, v in zip(SHARE_KEYS, (example, draw)) if v < 1]
+
+
+def share_text(example_share: float, draw_share: float) -> str:
+    """`examples x0.25, rows x0.5`: what a row ran at, "" at its full budget."""
+    parts = [f"{what} x{share:g}" for what, share in (("examples", example_share), ("rows", draw_share)) if share < 1]
+    return ", ".join(parts)
+
+
 @dataclass
 class Failure:
     field: str
@@ -73,6 +89,8 @@ class Row:
     failure: Optional[Failure] = None
     hardening: str = ""  # why this contract is hardening on this engine ("" when it is not)
     traceback: str = ""  # a harness error's traceback
+    example_share: float = 1.0  # the pack's share of the profile's examples for this contract
+    draw_share: float = 1.0  # the pack's share of a Monte-Carlo contract's rows (1 under nightly)
 
 
 @dataclass
@@ -103,6 +121,8 @@ class ContractTable:
         self.note_engine(properties)
         row = self.rows.setdefault(contract.id, Row(contract.id, contract.statement, self.engine, sorted(contract.requires)))
         row.hardening = row.hardening or properties.get("dspark_hardening", "")
+        row.example_share = float(properties.get(SHARE_KEYS[0], row.example_share))
+        row.draw_share = float(properties.get(SHARE_KEYS[1], row.draw_share))
         row.seconds += seconds
         if _RANK[outcome] > _RANK[row.result]:
             row.result, row.detail = outcome, detail

@@ -11,7 +11,7 @@ import re
 import textwrap
 from itertools import groupby
 
-from contracts.report import HARNESS_ERROR, placement_text
+from contracts.report import HARNESS_ERROR, placement_text, share_text
 
 WIDTH = 140  # the terminal the table must fit
 _DETAILED = ("failed", HARNESS_ERROR)  # results whose evidence is printed under their row
@@ -59,6 +59,21 @@ def skip_lines(rows, capabilities) -> list:
     return out
 
 
+def share_lines(rows) -> list:
+    """One line per share the pack declares (`example_shares`, `draw_shares`), with the ids that ran at it."""
+    groups: dict = {}
+    for r in rows:
+        text = share_text(r.example_share, r.draw_share)
+        if text:
+            groups.setdefault(text, []).append(r.id)
+    if not groups:
+        return []
+    out = [f"ran at the pack's share of their budget: {sum(map(len, groups.values()))} contract(s)"]
+    for text, ids in sorted(groups.items()):
+        out += _wrapped(f"  {text}: ", id_ranges(ids), 4)
+    return out
+
+
 def table_lines(table, *, version_line: bool = False, verbose: bool = False, show_warnings: bool = False) -> list:
     info = table.engine_info
     out = []
@@ -81,6 +96,7 @@ def table_lines(table, *, version_line: bool = False, verbose: bool = False, sho
         for r in hardening:
             out.extend(_row_lines(r, widths, verbose))
     out.extend(skip_lines([r for r in rows if r.result == "skipped" and not r.hardening], info.get("capabilities") or []))
+    out.extend(share_lines([r for r in rows if r.result != "skipped"]))
     c = table.counts()
     where = f" {info['version']} on {info['device']}" if info else ""
     extra = "".join(f", {c[k]} {label}" for k, label in ((HARNESS_ERROR, "harness errors"), ("hardening", "hardening not run"))

@@ -44,34 +44,32 @@ def _wrapped(head: str, body: str, indent: int) -> list:
                          break_on_hyphens=False, break_long_words=True) or [head]
 
 
-def skip_lines(rows, capabilities) -> list:
-    """One line per missing capability (or other skip reason) with the ids it covers."""
+def _grouped(heading: str, keyed) -> list:
+    """`heading: N contract(s)`, then one wrapped line per key with the ids that have it (`key (n): ids`)."""
     groups: dict = {}
-    for r in rows:
-        missing = sorted(set(r.requires) - set(capabilities))
-        key = ("lacks " + ", ".join(missing)) if missing else (r.detail.removeprefix("Skipped: ") or "skipped")
-        groups.setdefault(key, []).append(r.id)
+    for key, cid in keyed:
+        groups.setdefault(key, []).append(cid)
     if not groups:
         return []
-    out = [f"skipped: {len(rows)} contract(s)"]
-    for reason, ids in sorted(groups.items()):
-        out += _wrapped(f"  {reason} ({len(ids)}): ", id_ranges(ids), 4)
+    out = [f"{heading}: {sum(map(len, groups.values()))} contract(s)"]
+    for key, ids in sorted(groups.items()):
+        out += _wrapped(f"  {key} ({len(ids)}): ", id_ranges(ids), 4)
     return out
+
+
+def skip_lines(rows, capabilities) -> list:
+    """One line per missing capability (or other skip reason) with the ids it covers."""
+    def reason(r):
+        missing = sorted(set(r.requires) - set(capabilities))
+        return ("lacks " + ", ".join(missing)) if missing else (r.detail.removeprefix("Skipped: ") or "skipped")
+
+    return _grouped("skipped", ((reason(r), r.id) for r in rows))
 
 
 def share_lines(rows) -> list:
     """One line per share the pack declares (`example_shares`, `draw_shares`), with the ids that ran at it."""
-    groups: dict = {}
-    for r in rows:
-        text = share_text(r.example_share, r.draw_share)
-        if text:
-            groups.setdefault(text, []).append(r.id)
-    if not groups:
-        return []
-    out = [f"ran at the pack's share of their budget: {sum(map(len, groups.values()))} contract(s)"]
-    for text, ids in sorted(groups.items()):
-        out += _wrapped(f"  {text}: ", id_ranges(ids), 4)
-    return out
+    shares = ((share_text(r.example_share, r.draw_share), r.id) for r in rows)
+    return _grouped("ran at the pack's share of their budget", ((text, cid) for text, cid in shares if text))
 
 
 def table_lines(table, *, version_line: bool = False, verbose: bool = False, show_warnings: bool = False) -> list:

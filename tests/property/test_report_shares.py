@@ -31,7 +31,7 @@ def test_a_row_run_at_a_share_says_so_in_the_table_the_json_and_the_page(tmp_pat
     assert p.returncode == 0, p.stdout + p.stderr
     lines = p.stdout.splitlines()
     assert "ran at the pack's share of their budget: 2 contract(s)" in lines, p.stdout
-    assert "  examples x0.25: VERIFY-003" in lines and "  rows x0.5: LOSSLESS-004" in lines, p.stdout
+    assert "  examples x0.25 (1): VERIFY-003" in lines and "  rows x0.5 (1): LOSSLESS-004" in lines, p.stdout
     data = json.loads(out.read_text())
     rows = {r["id"]: (r["example_share"], r["draw_share"]) for r in data["contracts"]}
     assert rows == {"VERIFY-003": (0.25, 1.0), "LOSSLESS-004": (1.0, 0.5), "VERIFY-004": (1.0, 1.0)}

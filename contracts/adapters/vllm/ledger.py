@@ -58,7 +58,8 @@ KNOWN_FAILURES: tuple = (
         ("LOSSLESS-006", r"(goodness of fit|accepted-draft count.*)$"),
         ("VERIFY-013", r"^greedy row of the mixed batch: .*$"),
         ("VERIFY-016", r"^sampled row of the mixed batch: .*$"),
-        ("VERIFY-014", r"^step \d+ of the session( run again)?: .*$"),
+        # Every VERIFY-014 field: which of its checks meets the leftover memory first varies run to run.
+        ("VERIFY-014", r"^(step \d+ of the session( run again)?|greedy row at step \d+): .*$"),
     )),
     KnownFailure("vllm", "==0.32.0", "VERIFY-012", r"^block \(seed \d+\): .*$", _VLLM_IDS),
     KnownFailure("vllm", "==0.32.0", "VERIFY-012", r"^call$", _VLLM_IDS, observed=r"^RuntimeError: "),

@@ -47,6 +47,15 @@ STEP_PD_DECODE = "step.pd-decode"
 # A sampled request's tokens are a function of (seed, request, prompt, params) alone: randomness keyed per request and
 # step, not drawn from a batch-wide stream (SGLang's default draws from one generator, so its rows depend on companions).
 STEP_SEEDED_SAMPLING = "step.seeded-sampling"
+# Whole-request parameters: the step level takes the RequestSpec fields of each request.* sub-capability declared,
+# through the engine's own request and batch objects (the meaning of each: contracts.request_oracle).
+REQUEST = "request"
+REQUEST_PENALTIES = "request.penalties"  # frequency_penalty, presence_penalty, repetition_penalty
+REQUEST_MIN_NEW_TOKENS = "request.min-new-tokens"
+REQUEST_MIN_P = "request.min-p"
+REQUEST_LOGIT_BIAS = "request.logit-bias"
+REQUEST_STOP_TOKENS = "request.stop-tokens"  # stop_token_ids, ignore_eos
+REQUEST_STATE = "request.state"  # per step, each live request's parameter state (penalty counts, min_new_tokens progress)
 RANKS = "ranks"
 RANKS_TP = "ranks.tp-sync"  # a tensor-parallel group's verify on real rank processes, with the engine's own sync
 KV = "kv"  # what a decode step reserves in the KV cache, and who writes the allocation lengths
@@ -115,6 +124,13 @@ CAPABILITIES: Mapping[str, Capability] = {
     STEP_SELF_TRUNCATING: Capability(None, mode=True),
     STEP_PD_DECODE: Capability(None, mode=True),
     STEP_SEEDED_SAMPLING: Capability(None),
+    REQUEST: Capability(None),
+    REQUEST_PENALTIES: Capability(None),
+    REQUEST_MIN_NEW_TOKENS: Capability(None),
+    REQUEST_MIN_P: Capability(None),
+    REQUEST_LOGIT_BIAS: Capability(None),
+    REQUEST_STOP_TOKENS: Capability(None),
+    REQUEST_STATE: Capability("contracts.boundary.engine:RequestStateLevel", ("param_states",)),
     RANKS: Capability("contracts.boundary.ranks:RanksLevel", ("run_rank_scenario",)),
     RANKS_TP: Capability("contracts.boundary.ranks:TpRanksLevel", ("run_tp_scenario",)),
     KV: Capability("contracts.boundary.kv:KvLevel", ("kv_admission_limit", "kv_prompt_limit", "kv_page_sizes",
@@ -125,3 +141,23 @@ CAPABILITIES: Mapping[str, Capability] = {
     DRAFT_MARKOV: Capability("contracts.boundary.draft:MarkovDraftLevel", ("markov_draft",)),
     RELAY: Capability("contracts.boundary.relay:ConfidenceRelayLevel", ("run_confidence_relay",), ("confidence_relay_lag",)),
 }
+
+
+# Every request parameter a serving API may accept, by its neutral name, and the capability whose contracts exercise it
+# (None: no contract exercises it yet). A pack lists what its engine accepts in `accepted_parameters`; the report
+# names the accepted ones its pack does not exercise, so a user sees the gap instead of a green row.
+REQUEST_PARAMETERS: Mapping[str, Optional[str]] = {
+    "temperature": STEP, "top_k": STEP, "top_p": STEP, "max_new_tokens": STEP, "eos_id": STEP,
+    "frequency_penalty": REQUEST_PENALTIES, "presence_penalty": REQUEST_PENALTIES,
+    "repetition_penalty": REQUEST_PENALTIES, "min_new_tokens": REQUEST_MIN_NEW_TOKENS, "min_p": REQUEST_MIN_P,
+    "logit_bias": REQUEST_LOGIT_BIAS, "stop_token_ids": REQUEST_STOP_TOKENS, "ignore_eos": REQUEST_STOP_TOKENS,
+    "stop_strings": None, "seed": None, "n": None, "logprobs": None, "grammar": None,
+    "custom_logit_processor": None,
+}
+
+
+def exercised_parameters(capabilities) -> frozenset:
+    """The request parameters a pack with these capabilities exercises (a request.* one needs the level too)."""
+    caps = frozenset(capabilities)
+    return frozenset(p for p, cap in REQUEST_PARAMETERS.items()
+                     if cap is not None and cap in caps and (cap == STEP or REQUEST in caps))

@@ -12,7 +12,7 @@ import os
 from typing import Iterable, NamedTuple, Optional
 
 from contracts import budget
-from contracts.protocol import CAPABILITIES
+from contracts.protocol import CAPABILITIES, REQUEST_PARAMETERS, exercised_parameters
 
 _STR_FIELDS = ("name", "version", "device")
 DEVICES = ("cpu", "cuda")
@@ -47,6 +47,7 @@ def validate_adapter(engine) -> None:
         hints = "".join(f"; for {u!r} did you mean {', '.join(close)}?" for u in unknown if (close := _close(u, CAPABILITIES)))
         raise ValueError(f"capabilities: unknown {', '.join(map(repr, unknown))}{hints} "
                          f"(known: {', '.join(sorted(CAPABILITIES))})")
+    _check_parameters(engine, caps)
     gaps = []
     for cap in sorted(caps):
         spec = CAPABILITIES[cap]
@@ -57,6 +58,25 @@ def validate_adapter(engine) -> None:
         # The methods are the Protocol's; only presence is checked, their behaviour is what the contracts test.
     if gaps:
         raise TypeError("capabilities: declared but not implemented: " + "; ".join(gaps))
+
+
+def _check_parameters(engine, caps) -> None:
+    """`accepted_parameters` names known request parameters, and holds every one the declared capabilities exercise
+    (a pack that exercises a parameter its engine does not accept is a pack bug, caught here, not a finding)."""
+    accepted = getattr(engine, "accepted_parameters", ())
+    if isinstance(accepted, (str, bytes)) or not isinstance(accepted, (tuple, list, frozenset, set)):
+        raise TypeError(f"accepted_parameters: expected a tuple of parameter names, got {accepted!r}")
+    unknown = sorted(set(accepted) - set(REQUEST_PARAMETERS))
+    if unknown:
+        raise ValueError(f"accepted_parameters: unknown {', '.join(map(repr, unknown))} "
+                         f"(known: {', '.join(REQUEST_PARAMETERS)})")
+    exercised = exercised_parameters(caps)
+    if not accepted:  # a pack that lists nothing is held only to the request.* parameters it exercises
+        exercised = {p for p in exercised if REQUEST_PARAMETERS[p] != "step"}
+    extra = sorted(exercised - set(accepted))
+    if extra:
+        raise ValueError(f"accepted_parameters: the capabilities exercise {', '.join(extra)}, which the engine does not "
+                         f"accept (not in accepted_parameters)")
 
 
 def _check_version_policy(engine) -> None:

@@ -23,7 +23,7 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
-from dspark import _validate, disaggregation, planner, sampling, verify
+from dspark import _validate, disaggregation, penalties, planner, sampling, verify
 from dspark.draft_input import DraftInput
 from dspark.dspark_draft import DraftBlockProposer
 from dspark.engine_types import PrefillHandoff, Request, RequestState, SamplingParams, StepLaws, StepRecord
@@ -161,11 +161,38 @@ class DSparkEngine:
             raise ValueError(f"{where}.params.top_p: must lie in (0, 1], got {p.top_p}")
         if p.eos_id is not None and not 0 <= _validate.integer(f"{where}.params.eos_id", p.eos_id) < self.vocab_size:
             raise ValueError(f"{where}.params.eos_id: must lie in [0, {self.vocab_size})")
+        self._check_history_params(where, p)
         if len(r.prompt) + p.max_new_tokens > admission_limit(self.config.max_context_len, self.T):
             raise ValueError(f"{where}.prompt: {len(r.prompt)} prompt + {p.max_new_tokens} new tokens + 2*{self.T} "
                              f"verify slots exceed the pool slot (max_context_len={self.config.max_context_len})")
         if r.rid in self.done or any(s.rid == r.rid for s in self.rows):
             raise ValueError(f"{where}.rid: request id {r.rid} is already in use")
+
+    def _check_history_params(self, where: str, p: SamplingParams) -> None:
+        """SGLang's SamplingParams.verify ranges for the parameters that read the request's history."""
+        for name in ("frequency_penalty", "presence_penalty"):
+            if not -2 <= _validate.finite(f"{where}.params.{name}", getattr(p, name)) <= 2:
+                raise ValueError(f"{where}.params.{name}: must lie in [-2, 2], got {getattr(p, name)}")
+        if not 0 < _validate.finite(f"{where}.params.repetition_penalty", p.repetition_penalty) <= 2:
+            raise ValueError(f"{where}.params.repetition_penalty: must lie in (0, 2], got {p.repetition_penalty}")
+        if not 0 <= _validate.finite(f"{where}.params.min_p", p.min_p) <= 1:
+            raise ValueError(f"{where}.params.min_p: must lie in [0, 1], got {p.min_p}")
+        if not 0 <= _validate.nonnegative_int(f"{where}.params.min_new_tokens", p.min_new_tokens) <= p.max_new_tokens:
+            raise ValueError(f"{where}.params.min_new_tokens: must lie in [0, max_new_tokens={p.max_new_tokens}]")
+        _validate.flag(f"{where}.params.ignore_eos", p.ignore_eos)
+        for tok in _validate.listed(f"{where}.params.stop_token_ids", p.stop_token_ids):
+            if not 0 <= _validate.integer(f"{where}.params.stop_token_ids[]", tok) < self.vocab_size:
+                raise ValueError(f"{where}.params.stop_token_ids: token ids must lie in [0, {self.vocab_size})")
+        biased = []
+        for pair in _validate.listed(f"{where}.params.logit_bias", p.logit_bias):
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                raise ValueError(f"{where}.params.logit_bias: expected (token id, bias) pairs, got {pair!r}")
+            if not 0 <= _validate.integer(f"{where}.params.logit_bias[].token", pair[0]) < self.vocab_size:
+                raise ValueError(f"{where}.params.logit_bias: token ids must lie in [0, {self.vocab_size})")
+            _validate.finite(f"{where}.params.logit_bias[].bias", pair[1])
+            biased.append(pair[0])
+        if len(set(biased)) != len(biased):
+            raise ValueError(f"{where}.params.logit_bias: a token id appears twice")
 
     def _check_requests(self, requests: Sequence[Request]) -> None:
         for i, r in enumerate(requests):
@@ -198,7 +225,7 @@ class DSparkEngine:
         for group in by_len.values():
             tokens = torch.tensor([list(r.prompt) for r in group], dtype=torch.int64)
             logits, hidden = self.target.forward_pairs(torch.full((len(group),), -1, dtype=torch.int64), tokens)
-            last = logits[:, -1]
+            last = penalties.process_first(logits[:, -1], [r.params for r in group])
             temps = torch.tensor([0.0 if r.params.is_greedy else float(r.params.temperature) for r in group], dtype=F64)
             probs = self._target_probs(last.clone(), temps, [r.params for r in group])
             race = 1.0 / self._exponential(self._uniforms([r.rid for r in group], [0] * len(group), self.vocab_size))
@@ -238,7 +265,8 @@ class DSparkEngine:
         for h in handoffs:
             req = Req(rid=h.rid, origin_input_ids=list(h.prompt), output_ids=[h.first_token], req_pool_idx=-1,
                       kv_committed_len=h.committed_len)
-            st = RequestState(h.rid, list(h.prompt), h.params, req, list(h.kv_tokens), None, [h.first_token])
+            st = RequestState(h.rid, list(h.prompt), h.params, req, list(h.kv_tokens), None, [h.first_token],
+                              ledger=penalties.PenaltyLedger.of(self.vocab_size, [h.first_token]))
             if self._truncate(st, []):  # max_new_tokens == 1 or an EOS first token: done at prefill
                 st.kept_draft_ctx = h.kv_hiddens.clone()
                 finished.append(st)
@@ -393,8 +421,9 @@ class DSparkEngine:
         return step.verify_lens, step.budget, [True] * bs, budget_conf
 
     def _target_probs(self, logits: torch.Tensor, temps: torch.Tensor, params: Sequence[SamplingParams]) -> torch.Tensor:
-        """Each request's sampling law: temperature, then top-k and top-p applied to the target only."""
-        return sampling.target_probs(logits, temps.tolist(), [p.top_k for p in params], [p.top_p for p in params])
+        """Each request's sampling law: temperature, then top-k, top-p and min_p applied to the target only."""
+        probs = sampling.target_probs(logits, temps.tolist(), [p.top_k for p in params], [p.top_p for p in params])
+        return penalties.min_p_cut(probs, [p.min_p for p in params])
 
     def _verify_forward(self, cand: torch.Tensor, lens: Optional[torch.Tensor]):
         """Target logits / hiddens on the strided [bs, T] layout, and the rows computed."""
@@ -426,19 +455,24 @@ class DSparkEngine:
         return verify.mixed_accept(cand, logits, p, q, coins, resample, greedy, lens, backend=backend, check=False), p, q
 
     def _truncate(self, st: RequestState, emitted: list) -> bool:
-        """Append what fits before EOS / max_new_tokens; True when the request is done."""
+        """Append what fits up to the first stop token (EOS or a stop token id) and max_new_tokens; True when the
+        request is done. The ledger records what was appended, nothing else."""
         room = st.params.max_new_tokens - len(st.output)
-        if st.params.eos_id is None and len(emitted) < room:  # the common case: all of it fits, and more is to come
+        stops = st.params.stop_ids
+        if not stops and len(emitted) < room:  # the common case: all of it fits, and more is to come
             st.output.extend(emitted)
+            st.ledger.record(emitted)
             return False
         take = emitted[:max(room, 0)]
-        eos = st.params.eos_id
-        if eos is not None and eos in take:
-            take = take[: take.index(eos) + 1]
+        first = next((j for j, t in enumerate(take) if t in stops), None)
+        if first is not None:
+            take = take[: first + 1]
         st.output.extend(take)
+        st.ledger.record(take)
         emitted[:] = take
-        if eos is not None and st.output and st.output[-1] == eos:
-            st.finish_reason = "eos"
+        last = st.output[-1] if st.output else None
+        if last is not None and last in stops:
+            st.finish_reason = "eos" if last == st.params.eos_id and not st.params.ignore_eos else "stop"
         elif len(st.output) >= st.params.max_new_tokens:
             st.finish_reason = "length"
         return st.finish_reason is not None
@@ -494,6 +528,7 @@ class DSparkEngine:
         lens, budget, planned, budget_conf = self.plan_verify_lens(proposal)
         cand = torch.cat([anchors[:, None], proposal.draft_tokens], dim=1)
         logits, hidden, target_tokens, graph_tokens = self._verify_forward(cand, lens)
+        logits = penalties.process_block(logits, cand, rows)  # each column reads the output before it
         acc, p, q = self._accept(cand, logits, proposal, lens, temps, coins, resample)
         fin = verify.finalize(seq_lens, proposal.draft_tokens, acc, backend=self.config.verify_backend, check=False)
         # What each sampled row's accept read, and what its drafts were drawn with (observability for contracts).

@@ -13,6 +13,7 @@ from typing import Optional
 import torch
 
 from dspark.mem_cache import DraftContextPool
+from dspark.penalties import PenaltyLedger
 from dspark.schedule_batch import Req
 
 SAMPLING_EPS = 1e-6
@@ -25,6 +26,21 @@ class SamplingParams:
     max_new_tokens: int = 16
     eos_id: Optional[int] = None
     top_p: float = 1.0  # 1 = off
+    # The parameters that read the request's history (dspark.penalties), SGLang's names; the defaults are off.
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    min_new_tokens: int = 0
+    min_p: float = 0.0
+    logit_bias: tuple = ()  # (token id, bias) pairs
+    stop_token_ids: tuple = ()
+    ignore_eos: bool = False
+
+    @property
+    def stop_ids(self) -> frozenset:
+        """The tokens that end the request when emitted."""
+        eos = () if self.eos_id is None or self.ignore_eos else (self.eos_id,)
+        return frozenset(eos) | frozenset(self.stop_token_ids)
 
     @property
     def is_greedy(self) -> bool:
@@ -49,7 +65,8 @@ class RequestState:
     kept_draft_ctx: Optional[torch.Tensor]  # the draft context while out of the engine's pool (done, or never admitted)
     output: list = field(default_factory=list)  # emitted tokens (the first sampled token included)
     local_step: int = 0  # decode steps this request has taken
-    finish_reason: Optional[str] = None  # "eos" | "length" | "abort"
+    finish_reason: Optional[str] = None  # "eos" | "stop" | "length" | "abort"
+    ledger: Optional[PenaltyLedger] = None  # the output history its parameters read (set on admission)
     draft_pool: Optional[DraftContextPool] = None  # while live: the pool whose row `pool_row` holds the draft context
 
     @property

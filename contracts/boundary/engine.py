@@ -130,6 +130,9 @@ class EngineSpec:
 
 @dataclass(frozen=True)
 class RequestSpec:
+    """One request. The fields after `top_p` are the whole-request parameters (`request.*` capabilities); their
+    defaults change nothing, and their meaning is written down once, in `contracts.request_oracle`."""
+
     rid: int
     prompt: Tuple[int, ...]
     temperature: float = 0.0
@@ -137,10 +140,45 @@ class RequestSpec:
     eos_id: Optional[int] = None
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1 = off
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0  # 1 = off
+    min_new_tokens: int = 0
+    min_p: float = 0.0  # 0 = off
+    logit_bias: Tuple[Tuple[int, float], ...] = ()  # (token id, bias) pairs, token ids distinct
+    stop_token_ids: Tuple[int, ...] = ()
+    ignore_eos: bool = False
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0 or self.top_k == 1
+
+
+@dataclass(frozen=True)
+class RequestSemantics:
+    """Where engines document the same parameter differently, the pack says which reading its engine documents
+    (`request_semantics`); the oracle applies it. The defaults are SGLang's (penaltylib, sampling_batch_info)."""
+
+    repetition_counts_prompt: bool = False  # vLLM: the prompt's tokens are penalised too; SGLang: the output's only
+    repetition_before_additive: bool = False  # vLLM scales first, then subtracts; SGLang subtracts, then scales
+    # SGLang's ignore_eos also turns its stop token ids off (Req._check_token_based_finish returns first), in plain
+    # and speculative decoding alike; elsewhere it ignores the EOS id only.
+    ignore_eos_ignores_stop_ids: bool = False
+
+
+@dataclass(frozen=True)
+class ParamState:
+    """What one live request's parameter state holds after a step, as the engine keeps it. A field is None where
+    the engine keeps no such state for this request (its parameter off)."""
+
+    rid: int
+    output_len: Optional[int]  # output tokens the min_new_tokens rule has counted
+    token_counts: Optional[dict]  # token -> occurrences the frequency penalty counts (zero counts left out)
+    seen: Optional[frozenset]  # tokens the presence / repetition penalties treat as already generated
+
+
+class RequestStateLevel(Protocol):
+    def param_states(self, handle) -> list: ...  # ParamState of every live request, after the last step
 
 
 @dataclass

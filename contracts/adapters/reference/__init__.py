@@ -26,6 +26,10 @@ class ReferenceAdapter(ReferenceHandoff, ReferenceDpMetadata, ReferenceKv, Refer
     version = dspark.__version__
     tested_versions = (dspark.__version__,)  # the engine ships with its pack: the version in this tree is the one tested
     known_failures = ()
+    # dspark.engine_types.SamplingParams: the basics and the parameters that read the request's history.
+    accepted_parameters = ("temperature", "top_k", "top_p", "max_new_tokens", "eos_id", "frequency_penalty",
+                           "presence_penalty", "repetition_penalty", "min_new_tokens", "min_p", "logit_bias",
+                           "stop_token_ids", "ignore_eos")
     coverage_modules = ("dspark",)  # --coverage: the whole engine is its DSpark code
     backends = _placement.BACKENDS
     resolve_backend = staticmethod(_placement.resolve_backend)
@@ -33,7 +37,9 @@ class ReferenceAdapter(ReferenceHandoff, ReferenceDpMetadata, ReferenceKv, Refer
     capabilities = frozenset({protocol.HANDOFF, protocol.DP_METADATA, protocol.DP_PADDING, protocol.RANKS, protocol.PLANNER, protocol.STEP,
                               protocol.STEP_LAWS, protocol.STEP_DRAFT_DRAWS,
                               protocol.STEP_DRAFT_CONTEXT, protocol.STEP_PD, protocol.STEP_RAGGED, protocol.STEP_OVERLAP_TOGGLE,
-                              protocol.STEP_SEEDED_SAMPLING, protocol.RELAY,
+                              protocol.STEP_SEEDED_SAMPLING, protocol.RELAY, protocol.REQUEST, protocol.REQUEST_PENALTIES,
+                              protocol.REQUEST_MIN_NEW_TOKENS, protocol.REQUEST_MIN_P, protocol.REQUEST_LOGIT_BIAS,
+                              protocol.REQUEST_STOP_TOKENS, protocol.REQUEST_STATE,
                               protocol.VERIFY, protocol.VERIFY_INJECTED_NOISE, protocol.VERIFY_EMPTY_BATCH, protocol.VERIFY_PLACEHOLDERS,
                               protocol.KV, protocol.GRAPH, protocol.PLANNER_MIN_VERIFY_LEN, protocol.PLANNER_EMPTY_BATCH,
                               protocol.VERIFY_DISTRIBUTIONS, protocol.VERIFY_CHAIN, protocol.VERIFY_CAP_TRIM, protocol.VERIFY_MIXED,

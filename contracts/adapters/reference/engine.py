@@ -12,6 +12,7 @@ from contracts.boundary.engine import (
     DraftDraws,
     EngineSpec,
     PlanCase,
+    ParamState,
     PlanView,
     RequestView,
     SpsSpec,
@@ -100,7 +101,9 @@ class ReferenceEngine:
 
     def add_requests(self, handle, requests, via):
         reqs = [dspark_engine.Request(r.rid, tuple(r.prompt), dspark_engine.SamplingParams(
-            r.temperature, r.top_k, r.max_new_tokens, r.eos_id, r.top_p)) for r in requests]
+            r.temperature, r.top_k, r.max_new_tokens, r.eos_id, r.top_p, r.frequency_penalty, r.presence_penalty,
+            r.repetition_penalty, r.min_new_tokens, r.min_p, tuple(r.logit_bias), tuple(r.stop_token_ids),
+            r.ignore_eos)) for r in requests]
         if via == "pd":
             handle.decode.accept_handoff(handle.prefill.prefill_for_handoff(reqs))
         elif via == "local":
@@ -141,6 +144,12 @@ class ReferenceEngine:
             n = handle.verify_lens[x.rid] - 1
             out.append(DraftDraws(x.rid, tuple(x.candidates[1:]), tuple(x.candidates[1:1 + n]), x.draft_probs[:n]))
         return out
+
+    def param_states(self, handle):
+        # The engine keeps one ledger per request whatever its parameters: every field is held to the output.
+        return [ParamState(st.rid, st.ledger.output_len,
+                           {t: int(n) for t, n in enumerate(st.ledger.counts.tolist()) if n}, frozenset(st.ledger.seen))
+                for st in handle.decode.rows]
 
     def abort(self, handle, rid):
         handle.decode.abort(rid)

@@ -20,7 +20,11 @@ Stand-ins, and what they can hide:
   - the bootstrap server's answer about the prefill side (`prefill_info_table`: one DP rank, rooms followed): prefill
     DP layouts other than one rank;
   - the prefill server's own PD machinery (`disaggregation_mode="prefill"` refuses the fake backend): bugs in what a
-    prefill server adds around its forward (its bootstrap queue, its sender);
+    prefill server adds around its forward (its bootstrap queue, its sender). Its requests carry every sampling
+    parameter (the first token's penalties, min_new_tokens mask, logit bias and min_p apply there), with one more
+    token of budget and `ignore_eos` so that no stop ends them before their KV is read (in SGLang ignore_eos changes
+    no logit, only the finish check and admission's token estimate): hides a prefill server that finishes a request
+    on its first token differently;
   - everything the step level lists for the normal mode (contracts.adapters.sglang.step).
 """
 
@@ -135,6 +139,12 @@ def handoff(dslot: _DecodeSlot, rid: str, room: int, first_token: int, kv: list,
     return True
 
 
+def _stop_ids(r) -> set:
+    """The tokens that end the request (Req._check_token_based_finish: none under ignore_eos, which in SGLang turns
+    the stop token ids off too; the request's EOS id is one of its stop token ids, `step.sampling_fields`)."""
+    return set() if r.ignore_eos else set(r.stop_token_ids) | ({r.eos_id} if r.eos_id is not None else set())
+
+
 class SGLangPdStep(SGLangStep):
     """The step level with every request joining through the PD decode path (capability step.pd-decode)."""
 
@@ -181,7 +191,7 @@ class SGLangPdStep(SGLangStep):
             # before any decode); step() fails loudly if SGLang decodes it all the same.
             if r.rid in handle.reqs:
                 first = firsts[r.rid]
-                if r.eos_id is not None and first == r.eos_id:
+                if first in _stop_ids(r):
                     handle.handoff_done[r.rid] = "stop"
                 elif r.max_new_tokens <= 1:
                     handle.handoff_done[r.rid] = "length"

@@ -48,6 +48,12 @@ raises NotImplementedError naming the capability, so an unsupported input fails 
   CPU); pool_size <= MAX_RUNNING, max_context_len <= CONTEXT_LEN. `sample_from_anchor` is the draft
   checkpoint's own config field (SGLang reads it from the draft's config.json).
 
+Whole-request parameters (`request.*`): every RequestSpec field goes through SGLang's own `SamplingParams`, its
+`normalize` and `verify(vocab)` (`sampling_fields`, `_tokenized`), so a request SGLang's admission refuses raises
+instead of running. The scheduler holds a stand-in tokenizer (`StandInTokenizer`, what it can hide is in its
+docstring): SGLang refuses min_new_tokens without one. `param_states` (`request.state`) reads the penalizers of the
+scheduler's running batch, the state the next decode's forward copy is made from.
+
 SGLang's scheduler watchdog (it SIGQUITs the parent process when no batch progresses for `watchdog_timeout`) is set
 to a day: the cached Scheduler sits idle between contracts; hides: a hang SGLang's own watchdog would have caught
 (a contract's step loop still bounds every run).
@@ -87,6 +93,45 @@ KV_SLOTS = 32768
 FORBIDDEN = -1e4  # logit of tokens outside the spec's vocabulary: probability exactly 0 (float32 and float64)
 AGREEMENT = {"oracle": 1.0, "gated": 0.8, "vanilla": 0.6, "rnn": 0.4, "random": None}
 TIMINGS: dict = {"import": 0.0, "build": 0.0, "builds": 0, "reset": 0.0}  # seconds, for the report
+
+
+# ---- requests ------------------------------------------------------------------------------------------------------
+
+
+class StandInTokenizer:
+    """The narrowest tokenizer SGLang's request path reads on a server without text (`skip_tokenizer_init`): no EOS
+    id and no additional stop ids of its own (`Req._check_token_based_finish`, the min_new_tokens penalizer's stop
+    set). SGLang refuses min_new_tokens > 0 without a tokenizer (`raise_if_tokenizer_required`; the penalizer reads
+    `req.tokenizer.additional_stop_token_ids`), so the step level's scheduler holds this one, and `normalize` is
+    handed it as the TokenizerManager hands its own. Hides: a real tokenizer's own EOS and additional stop ids (they
+    join the stop set and the min_new_tokens mask in SGLang; here the request's stop ids are the whole set), and the
+    text paths (stop strings, detokenization), which raise here instead of running."""
+
+    eos_token_id = None
+    additional_stop_token_ids = None
+
+    def encode(self, *args, **kwargs):
+        raise NotImplementedError("the step level's stand-in tokenizer has no text (no stop strings)")
+
+    decode = encode
+
+    def __repr__(self):
+        return "StandInTokenizer()"
+
+
+STAND_IN_TOKENIZER = StandInTokenizer()
+
+
+def sampling_fields(r, *, prefill_only: bool = False) -> dict:
+    """SamplingParams' fields for a RequestSpec (SGLang's API names: `logit_bias` keyed by token id strings, the EOS id
+    among the stop token ids, top-k -1 for off)."""
+    stops = set(r.stop_token_ids) | ({r.eos_id} if r.eos_id is not None else set())
+    return dict(max_new_tokens=r.max_new_tokens + (1 if prefill_only else 0), temperature=r.temperature,
+                top_k=r.top_k if r.top_k > 0 else -1, top_p=r.top_p, min_p=r.min_p,
+                frequency_penalty=r.frequency_penalty, presence_penalty=r.presence_penalty,
+                repetition_penalty=r.repetition_penalty, min_new_tokens=r.min_new_tokens,
+                logit_bias={str(t): float(b) for t, b in r.logit_bias} or None,
+                stop_token_ids=sorted(stops) or None, ignore_eos=bool(r.ignore_eos or prefill_only))
 
 
 # ---- models ----------------------------------------------------------------------------------------------------
@@ -210,6 +255,8 @@ class _Slot:
         with scheduler_env(self.context), scheduler_construction():
             self.port_args = PortArgs.init_new(self.server_args)
             self.scheduler = Scheduler(self.server_args, self.port_args)
+        # Built without one (skip_tokenizer_init): the stand-in is what each new Req is handed (min_new_tokens).
+        self.scheduler.tokenizer = STAND_IN_TOKENIZER
         self._sinks()
         self._loop_state()
         self._target_table = None
@@ -501,15 +548,17 @@ class SGLangStep:
                                "(gamma, overlap, sample_from_anchor) at a time)")
 
     def _tokenized(self, handle, r, *, prefill_only: bool = False):
-        """The request as the TokenizerManager sends it. `prefill_only`: for a PD prefill server, which only prefills
-        (no stop token or length ends it there; the decode server applies them from the first token on)."""
+        """The request as the TokenizerManager sends it: every RequestSpec field through SGLang's own
+        `SamplingParams`, then its `normalize` and `verify(vocab)` (SGLang's admission: a request it refuses raises
+        here, never reaches the scheduler). The EOS id is a stop token id (the checkpoints' own EOS, the mask id, has
+        probability 0). `prefill_only`: for a PD prefill server, which only prefills (no stop token or length ends
+        it there: one more token of budget and `ignore_eos`, which in SGLang turns its stop ids off but changes no
+        logit; the decode server applies them from the first token on)."""
         from sglang.srt.managers.io_struct import TokenizedGenerateReqInput
         from sglang.srt.sampling.sampling_params import SamplingParams
 
-        stop = None if r.eos_id is None or prefill_only else [r.eos_id]
-        params = SamplingParams(max_new_tokens=r.max_new_tokens + (1 if prefill_only else 0), temperature=r.temperature,
-                                top_k=r.top_k if r.top_k > 0 else -1, top_p=r.top_p, stop_token_ids=stop)
-        params.normalize(None)  # what the TokenizerManager does before sending
+        params = SamplingParams(**sampling_fields(r, prefill_only=prefill_only))
+        params.normalize(STAND_IN_TOKENIZER)  # what the TokenizerManager does before sending, with its tokenizer
         params.verify(MODEL_VOCAB)
         return TokenizedGenerateReqInput(
             rid=self._sglang_rid(handle, r), input_text=None, input_ids=array("q", r.prompt), input_embeds=None,
@@ -632,6 +681,64 @@ class SGLangStep:
     def draft_draws(self, handle) -> list:
         self._own(handle)
         return list(handle.draws)
+
+    def param_states(self, handle) -> list:
+        """Each live request's penalty state, read from SGLang's own penalizers: the scheduler's running batch's
+        `sampling_info.penalizer_orchestrator` (the worker is handed a copy without it; `copy_for_forward`), at the
+        request's row. SGLang keeps the state as the penalties themselves, per row over the vocabulary: the frequency
+        penalizer `frequency_penalty * count` (counts read back by dividing), the presence and repetition penalizers
+        the penalty at each token they have seen, the min_new_tokens penalizer the output length it counted. A field
+        is None where the request's parameter is off (SGLang's row then holds no state of its own, or none at all);
+        with both presence and repetition on, the repetition penalizer's seen set is a second ParamState of the
+        request."""
+        from contracts.boundary.engine import ParamState
+
+        self._own(handle)
+        batch = handle.slot.scheduler.running_batch
+        info = batch.sampling_info
+        orch = None if info is None else info.penalizer_orchestrator
+        pens = {type(p).__name__: p for p in (orch.penalizers.values() if orch is not None else ())}
+        rows = {q.rid: i for i, q in enumerate(batch.reqs)}
+
+        def row(name, attr, i):
+            p = pens.get(name)
+            return None if p is None or not p.is_prepared() else getattr(p, attr)[i]
+
+        def on(name, attr, i, value, off):
+            """The request's parameter as SGLang holds it (its penalizer's float32 row value where prepared): a value
+            that rounds to `off` there (2e-277, say) leaves SGLang no state to keep."""
+            held = row(name, attr, i)
+            return (value if held is None else float(held)) != off
+
+        states = []
+        for rid in handle.added:
+            if not self._live(handle, rid):
+                continue
+            q = handle.reqs[rid]
+            if q.rid not in rows:
+                raise RuntimeError(f"request {rid} is live but not in SGLang's running batch")
+            i, sp = rows[q.rid], q.sampling_params
+            output_len = counts = seen = seen_rep = None
+            if sp.min_new_tokens > 0:
+                n = row("BatchedMinNewTokensPenalizer", "len_output_tokens", i)
+                output_len = 0 if n is None else int(n)
+            if on("BatchedFrequencyPenalizer", "frequency_penalties", i, sp.frequency_penalty, 0.0):
+                cum = row("BatchedFrequencyPenalizer", "cumulated_frequency_penalties", i)
+                held = row("BatchedFrequencyPenalizer", "frequency_penalties", i)
+                n = torch.zeros(1) if cum is None else torch.round(cum.double() / held.double())
+                counts = {t: int(c) for t, c in enumerate(n.tolist()) if c}
+            if on("BatchedPresencePenalizer", "presence_penalties", i, sp.presence_penalty, 0.0):
+                cum = row("BatchedPresencePenalizer", "cumulated_presence_penalties", i)
+                seen = frozenset() if cum is None else frozenset(torch.nonzero(cum != 0).flatten().tolist())
+            if on("BatchedRepetitionPenalizer", "repetition_penalties", i, sp.repetition_penalty, 1.0):
+                cum = row("BatchedRepetitionPenalizer", "cumulated_repetition_penalties", i)
+                seen_rep = frozenset() if cum is None else frozenset(torch.nonzero(cum != 1.0).flatten().tolist())
+            if seen is None:
+                seen, seen_rep = seen_rep, None
+            states.append(ParamState(rid, output_len, counts, seen))
+            if seen_rep is not None:
+                states.append(ParamState(rid, None, None, seen_rep))
+        return states
 
     def _output(self, handle, rid) -> list:
         if rid in handle.aborted:  # the contracts' abort is immediate: what SGLang's extra forward adds is not output

@@ -20,7 +20,7 @@ from contracts.adapters.sglang.draft_level import SGLangDraft
 from contracts.adapters.sglang.graph import SGLangGraph
 from contracts.adapters.sglang.handoff import SGLangHandoff
 from contracts.adapters.sglang.kv import SGLangKv
-from contracts.adapters.sglang.ledger import KNOWN_FAILURES
+from contracts.adapters.sglang.ledger import KNOWN_FAILURES, PD_KNOWN_FAILURES
 from contracts.adapters.sglang.markov_block import SGLangMarkovDraft
 from contracts.adapters.sglang.pd_step import SGLangPdStep
 from contracts.adapters.sglang.planner import SGLangPlanner
@@ -29,6 +29,32 @@ from contracts.adapters.sglang.relay import SGLangRelay
 from contracts.adapters.sglang.runtime import runtime
 from contracts.adapters.sglang.step import SGLangStep
 from contracts.adapters.sglang.verify import SGLangVerify
+from contracts.boundary.engine import RequestSemantics
+
+# What SGLang's API takes (SamplingParams and TokenizedGenerateReqInput), by the neutral names of
+# contracts.protocol.REQUEST_PARAMETERS: eos_id is a stop token id here (the step level's EOS), stop_strings its
+# `stop`, seed its `sampling_seed`, logprobs its `return_logprob`, grammar its json_schema / regex / ebnf /
+# structural_tag, custom_logit_processor the request's serialized processor (behind --enable-custom-logit-processor).
+ACCEPTED_PARAMETERS = ("temperature", "top_k", "top_p", "max_new_tokens", "eos_id", "frequency_penalty",
+                       "presence_penalty", "repetition_penalty", "min_new_tokens", "min_p", "logit_bias",
+                       "stop_token_ids", "ignore_eos", "stop_strings", "seed", "n", "logprobs", "grammar",
+                       "custom_logit_processor")
+# SGLang's documented reading (sampling/penaltylib, sampling_batch_info): the repetition penalizer sees the output
+# only (BatchedRepetitionPenalizer scatters output tokens); the additive penalties first, then the scaling ones
+# (acc_additive_penalties, then acc_scaling_penalties; the orchestrator's repeat path in the same order); ignore_eos
+# turns the stop token ids off too (Req._check_token_based_finish returns first), in plain decoding as well.
+REQUEST_SEMANTICS = RequestSemantics(repetition_counts_prompt=False, repetition_before_additive=False,
+                                     ignore_eos_ignores_stop_ids=True)
+# Each REQ example is a real Scheduler's steps, and a known failure runs its contract twice (as found, then with the
+# known corrections): REQ-001 (80 examples) runs half; REQ-003 a share of its rows (its power at the share:
+# docs/engines/sglang.md). On sglang-pd every admission also runs SGLang's prefill Scheduler.
+REQUEST_SHARES = {"REQ-001": 0.5}
+REQUEST_DRAW_SHARE = 0.3
+PD_REQUEST_SHARES = {"REQ-001": 0.25, "REQ-002": 0.5, "REQ-004": 0.5}
+# The step level passes every whole-request parameter through SGLang's SamplingParams, and reads the penalizers.
+REQUEST_CAPABILITIES = frozenset({protocol.REQUEST, protocol.REQUEST_PENALTIES, protocol.REQUEST_MIN_NEW_TOKENS,
+                                  protocol.REQUEST_MIN_P, protocol.REQUEST_LOGIT_BIAS, protocol.REQUEST_STOP_TOKENS,
+                                  protocol.REQUEST_STATE})
 
 
 class SGLangAdapter(SGLangHandoff, SGLangDpMetadata, SGLangKv, SGLangGraph, SGLangPlanner, SGLangDraft, SGLangMarkovDraft,
@@ -37,6 +63,8 @@ class SGLangAdapter(SGLangHandoff, SGLangDpMetadata, SGLangKv, SGLangGraph, SGLa
     device = "cpu"
     tested_versions = (sglang_env.SGLANG_VERSION,)
     known_failures = KNOWN_FAILURES
+    accepted_parameters = ACCEPTED_PARAMETERS
+    request_semantics = REQUEST_SEMANTICS
     # Contracts whose inputs SGLang's own producers never emit: run only with --hardening, never findings.
     hardening = {"VERIFY-012": "SGLang samples drafts over the drafter's vocabulary and pads with id 0; no producer "
                                "emits a draft id >= V (a range check would add a device-to-host sync per verify)"}
@@ -46,7 +74,9 @@ class SGLangAdapter(SGLangHandoff, SGLangDpMetadata, SGLangKv, SGLangGraph, SGLa
     # machine run (contracts.machine.shared_runs), which costs what their four half runs did.
     # VERIFY-013/014's mixed batches always take the chain kernel (a greedy row is a top-k cut), interpreted: a fifth.
     example_shares = {**{f"HANDOFF-{i:03d}": 0.25 for i in range(1, 11)},
-                      **{f"LOOP-{i:03d}": 0.5 for i in (5, 6)}, "VERIFY-013": 0.2, "VERIFY-014": 0.2}
+                      **{f"LOOP-{i:03d}": 0.5 for i in (5, 6)}, "VERIFY-013": 0.2, "VERIFY-014": 0.2, **REQUEST_SHARES}
+    # REQ-003's rows are a real Scheduler's requests (two static configurations, each n requests decoded at once).
+    draw_shares = {"REQ-003": REQUEST_DRAW_SHARE}
     # Contracts whose rule the engine does not follow on purpose: known failures that are not findings.
     by_design = {"VERIFY-016": "SGLang's sampled accept reads batch-level randomness and switches every sampled row to "
                                "the chain kernel when any request is greedy (a top-k 1 cut): rows are not invariant to "
@@ -68,7 +98,7 @@ class SGLangAdapter(SGLangHandoff, SGLangDpMetadata, SGLangKv, SGLangGraph, SGLa
     capabilities = frozenset({protocol.HANDOFF, protocol.DP_METADATA, protocol.KV, protocol.GRAPH, protocol.PLANNER,
                               protocol.DRAFT, protocol.DRAFT_ORACLE, protocol.DRAFT_MARKOV, protocol.VERIFY, protocol.VERIFY_DISTRIBUTIONS,
                               protocol.VERIFY_CHAIN, protocol.VERIFY_CAP_TRIM, protocol.VERIFY_MIXED, protocol.RANKS_TP, protocol.RELAY,
-                              protocol.STEP, protocol.STEP_LAWS, protocol.STEP_DRAFT_DRAWS})
+                              protocol.STEP, protocol.STEP_LAWS, protocol.STEP_DRAFT_DRAWS}) | REQUEST_CAPABILITIES
 
     def __init__(self):
         sglang_env.check_sglang_installed()  # every load: one line naming the install command, never a fallback
@@ -94,7 +124,8 @@ class SGLangPdAdapter(SGLangPdStep, SGLangAdapter):
 
     name = "sglang-pd"
     capabilities = frozenset({protocol.STEP, protocol.STEP_PD, protocol.STEP_PD_DECODE, protocol.STEP_LAWS,
-                              protocol.STEP_DRAFT_DRAWS})
-    example_shares = {f"LOOP-{i:03d}": 0.5 for i in range(5, 8)}  # LOOP-001..004 share one run in full, as on sglang
-    known_failures = ()
+                              protocol.STEP_DRAFT_DRAWS}) | REQUEST_CAPABILITIES
+    # LOOP-001..004 share one run in full, as on sglang; each PD admission also runs SGLang's prefill Scheduler.
+    example_shares = {**{f"LOOP-{i:03d}": 0.5 for i in range(5, 8)}, **PD_REQUEST_SHARES}
+    known_failures = PD_KNOWN_FAILURES
     hardening = {}

@@ -1,5 +1,6 @@
 """SGLang's known failures: each one a finding on SGLang's own code, with its evidence, the correction that makes
-its contract pass (tests/sglang/test_findings.py, tests/sglang/test_relay_finding.py), and the facts a maintainer needs
+its contract pass (tests/sglang/test_findings.py, tests/sglang/test_relay_finding.py,
+tests/sglang/test_request_findings.py), and the facts a maintainer needs
 (upstream status, production path, severity, a standalone repro under findings/sglang/); the VERIFY-012 entries are
 hardening (the pack's `hardening`), so they carry no finding."""
 
@@ -92,3 +93,96 @@ KNOWN_FAILURES: tuple = (
         observed=r"^RuntimeError: index \d+ is out of bounds",
     ),
 )
+
+
+# ---- whole-request parameters under DSpark (REQ-001..004), on the step level's engines -------------------------------
+
+_PENALTY_PARAMS = r"\b(frequency_penalty|presence_penalty|repetition_penalty|min_new_tokens)="
+
+_NO_PENALTIES = (
+    "evidence: DSpark's verify logits carry none of the request's penalties. Scheduler._forward_isolation hands the "
+    "worker SamplingBatchInfo.copy_for_forward() (penalizer_orchestrator=None, the state folded into "
+    "acc_additive_penalties and acc_scaling_penalties); dflash_utils.apply_dflash_verify_logits_adjustments, which "
+    "TargetVerifyExecutor.run_non_compact calls, reads the nonexistent acc_linear_penalties (so the additive "
+    "penalties and the min_new_tokens mask are dropped), never reads acc_scaling_penalties (repetition), and its "
+    "dense fallback needs the orchestrator the copy dropped; only logit_bias and custom logit processors reach the "
+    "verify. A fix that broadcast one [bs, V] state over the block would still be wrong: column j must read the "
+    "committed output plus the candidates before it. The prefill's first token goes through the normal sampler and "
+    "is right. Shrunk (greedy, V 5, gamma 1, oracle drafter, prompt [0], repetition_penalty 2.0): plain decoding "
+    "emits [1, 4, 2, 3, 0, ...], SGLang [1, 1, 1, ...]. Applying the penalties per verify column "
+    "(corrections.verify_applies_penalties_per_column) makes REQ-001..003 pass (tests/sglang/test_request_findings.py)"
+)
+_NO_PENALTIES_FINDING = Finding(
+    status="known: sgl-project/sglang#33493 (issue, open: the acc_linear_penalties name), #33869 (fix PR, open: "
+           "additive only, broadcast over the block), #33531 (PR, closed); #28180 (issue, closed), #28242 and #28200 "
+           "(PRs, open: EAGLE's relaxed broadcast); #40244 (PR, open: per-position state inside a verify block, the "
+           "correction's semantics)",
+    path="every platform, DSPARK/DFLASH (spec v2) with a request setting frequency, presence or repetition penalty or "
+         "min_new_tokens: speculative/dflash_utils.py:236 (acc_linear_penalties) and :253 (the fallback needs the "
+         "orchestrator), managers/scheduler.py:4598 (copy_for_forward), "
+         "speculative/dspark_components/dspark_verify.py:338",
+    severity="wrong outputs: greedy requests emit tokens plain decoding does not (penalties ignored; a stop token "
+             "before min_new_tokens), sampled requests follow the unpenalized law",
+    repro="findings/sglang/req_001_verify_ignores_penalties.py", correction=corrections.verify_applies_penalties_per_column)
+
+_NEVER_FED = (
+    "evidence: under the DFlash family the penalizers never see the output. ScheduleBatch.prepare_for_decode takes "
+    "the speculative branch (spec_prepare_for_decode -> DFlashDraftInputV2.prepare_for_decode) and returns before "
+    "cumulate_penalty_output_tokens, which plain decoding (one token per step) and EAGLE (eagle_prepare_for_decode) "
+    "call; nothing else feeds BatchedPenalizerOrchestrator.cumulate_output_tokens. So the frequency counts, the "
+    "presence and repetition seen sets and the min_new_tokens length stay at zero for the whole request, first token "
+    "included. Outputs do not read that state today (the verify drops it: REQ-001's entry), but a fix of the verify "
+    "that reads it (#33869) would penalise nothing and keep the min_new_tokens mask on for the whole request (checked: "
+    "greedy, gamma 1, min_new_tokens 2, the EOS favoured: [1] * 10 with acc_additive_penalties read, [1, 1, 0] in "
+    "plain decoding). "
+    "Shrunk: greedy, gamma 1, prompt [0], repetition_penalty 2.0: after step 0 the output is [1, 1] and the "
+    "repetition penalizer has seen nothing. Feeding the committed output to the penalizers "
+    "(corrections.penalizers_follow_committed_output) makes REQ-004 pass (tests/sglang/test_request_findings.py)"
+)
+_NEVER_FED_FINDING = Finding(
+    status="known: sgl-project/sglang#40244 (PR, open: feeds committed tokens to the penalizers under DFLASH); #33531 "
+           "(PR, closed: min_new_tokens length synced from output_ids); #28242 (PR, open)",
+    path="every platform, DSPARK/DFLASH (spec v2) with a request setting a penalty or min_new_tokens: "
+         "managers/schedule_batch.py:3754 (the speculative branch returns before :3770), "
+         "speculative/spec_utils.py:1259 (the DFlash branch feeds nothing)",
+    severity="latent wrong outputs: the penalty state the verify would read never grows (with the verify fixed to "
+             "read it, min_new_tokens never lifts its mask and no penalty applies)",
+    repro="findings/sglang/req_004_penalizers_never_fed.py", correction=corrections.penalizers_follow_committed_output)
+
+_NO_MIN_P = (
+    "evidence: DSpark's sampled accept builds its target law from temperature, top-k and top-p only "
+    "(dspark_accept._accept_sampling_core: SoftmaxTemp or build_speculative_verify_target_probs) and never reads "
+    "sampling_info.min_ps; block-wise rejection (dspark_verify._blockwise_rejection_applies) does not either. Plain "
+    "decoding's sampler cuts tokens below min_p times the largest probability. Shrunk: one sampled request, V 5, "
+    "gamma 1, temperature 1, min_p 0.3: column 0's law keeps tokens 0, 2, 3 (4% to 6% each) that min_p removes. "
+    "Cutting the accept's target law with min_p (corrections.verify_target_law_applies_min_p) makes that case and, "
+    "with the penalties corrected, REQ-002 pass (tests/sglang/test_request_findings.py)"
+)
+_NO_MIN_P_FINDING = Finding(
+    status="not found (sgl-project/sglang issues and PRs searched for min_p with DSpark, DFlash, speculative verify "
+           "and target probs); the same gap in vLLM's rejection sampler: vllm-project/vllm#42802 (PR, open)",
+    path="every platform, DSPARK sampled requests with min_p > 0: "
+         "kernels/ops/speculative/dspark/dspark_accept.py:108-122 (chain accept), "
+         "speculative/dspark_components/dspark_verify.py:1213 (block-wise rejection)",
+    severity="wrong outputs: sampled requests draw tokens min_p excludes in plain decoding",
+    repro="findings/sglang/req_002_accept_ignores_min_p.py", correction=corrections.verify_target_law_applies_min_p)
+
+
+def _request_entries(engine: str) -> tuple:
+    return (
+        KnownFailure(engine, "==0.5.23", "REQ-001", r"^request \d+ tokens \(.*" + _PENALTY_PARAMS, _NO_PENALTIES,
+                     finding=_NO_PENALTIES_FINDING),
+        KnownFailure(engine, "==0.5.23", "REQ-002", r"^step \d+ request \d+: target law at column \d+ \(.*"
+                     + _PENALTY_PARAMS, _NO_PENALTIES, finding=_NO_PENALTIES_FINDING),
+        KnownFailure(engine, "==0.5.23", "REQ-002", r"^step \d+ request \d+: target law at column \d+ \(.*\bmin_p=",
+                     _NO_MIN_P, finding=_NO_MIN_P_FINDING),
+        KnownFailure(engine, "==0.5.23", "REQ-003", r"^static frac=None \w+ \(.*" + _PENALTY_PARAMS + r".*\): whole output",
+                     _NO_PENALTIES, finding=_NO_PENALTIES_FINDING),
+        KnownFailure(engine, "==0.5.23", "REQ-004", r"^step \d+ request \d+: (output length min_new_tokens counts|"
+                     r"tokens the frequency penalty counts|tokens the presence/repetition penalties treat as seen)$",
+                     _NEVER_FED, observed=r"^(0|\{\}|\[\])$", finding=_NEVER_FED_FINDING),
+    )
+
+
+KNOWN_FAILURES += _request_entries("sglang")
+PD_KNOWN_FAILURES: tuple = _request_entries("sglang-pd")

@@ -178,7 +178,9 @@ class ParamState:
 
 
 class RequestStateLevel(Protocol):
-    def param_states(self, handle) -> list: ...  # ParamState of every live request, after the last step
+    # After the last step: the parameter state the next step's forward reads, for every live request; a request
+    # whose engine keeps its state in more than one place (one per penalizer) may have one ParamState per place.
+    def param_states(self, handle) -> list: ...
 
 
 @dataclass

@@ -56,7 +56,7 @@ def _run(engine, case: LoopCase, on_step=None) -> object:
           "lowest argmax of the target's logits after the frequency/presence/repetition penalties of the committed "
           "output, the min_new_tokens mask and the logit bias, and the request ends at its first EOS or stop token id "
           "(EOS ignored where asked) or max_new_tokens, whatever the verify mode, drafter, overlap, joins or companions",
-          requires={STEP, REQUEST}, cases=lambda *, engine: request_loop_cases(engine=engine), max_examples=40)
+          requires={STEP, REQUEST}, cases=lambda *, engine: request_loop_cases(engine=engine), max_examples=80)
 def greedy_whole_requests(engine, case: LoopCase):
     sem = semantics_of(engine)
     handle = _run(engine, case)
@@ -101,7 +101,7 @@ def sampled_column_laws(engine, case: LoopCase):
     _run(engine, case, check_step)
 
 
-REQ_VOCAB, REQ_N, REQ_PROMPT = 4, 600, (1, 2)
+REQ_VOCAB, REQ_N, REQ_PROMPT = 4, 1000, (1, 2)
 # (verify mode, forced fraction, drafter, request): each changes the law with a parameter family that reads history.
 REQ_CONFIGS = (
     ("static", None, "vanilla", RequestSpec(0, REQ_PROMPT, 1.0, 4, frequency_penalty=1.5, presence_penalty=0.5)),
@@ -137,7 +137,9 @@ def _families(req: RequestSpec) -> set:
 def sampled_output_law(engine):
     sem, configs = semantics_of(engine), _configs(engine)
     expect(bool(configs), "configurations this engine runs", ">= 1 (its request.* families)", 0)
-    family = stats.Gate(len(configs))
+    # A third of the budget: at these laws' tails the chi-square rejects 2.3-3.3x its nominal alpha (simulated,
+    # docs/statistics.md), so the nominal 1e-3 would not hold.
+    family = stats.Gate(len(configs), family_alpha=stats.FAMILY_ALPHA / 3)
     with single_thread():
         for seed, mode, frac, drafter, req in configs:
             n = budget.rows(REQ_N)

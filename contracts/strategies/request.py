@@ -15,6 +15,8 @@ Each family is drawn with its off value first, so a failing request shrinks to t
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import strategies as st
 
 from contracts.boundary.engine import LoopCase, RequestSpec
@@ -50,7 +52,7 @@ def whole_requests(draw, rid: int, vocab_size: int, gamma: int, *, families=FAMI
     each on or off."""
     tok = st.integers(0, vocab_size - 1)
     prompt = tuple(draw(st.lists(tok, min_size=1, max_size=4), label=f"prompt {rid}"))
-    max_new = draw(st.integers(1, 10), label=f"max_new {rid}")
+    max_new = draw(st.sampled_from([10, 7]) | st.integers(1, 10), label=f"max_new {rid}")  # long: several blocks
     if greedy is None:
         greedy = draw(st.sampled_from([True, True, False]), label=f"greedy {rid}")  # greedy is token-exact: more of it
     t, k, p = (0.0, 0, 1.0) if greedy else draw(st.sampled_from(SAMPLED_SETTINGS), label=f"settings {rid}")
@@ -64,7 +66,9 @@ def whole_requests(draw, rid: int, vocab_size: int, gamma: int, *, families=FAMI
     if REQUEST_MIN_NEW_TOKENS in families:
         edge = st.sampled_from([0, 1, gamma, gamma + 1, gamma + 2]) | st.integers(0, max_new)
         fields["min_new_tokens"] = min(draw(edge, label=f"min_new {rid}"), max_new)
-        if fields["min_new_tokens"] and eos is not None and REQUEST_LOGIT_BIAS in families:
+        if fields["min_new_tokens"] and eos is None:  # a mask needs something to mask
+            eos = draw(tok, label=f"masked eos {rid}")
+        if fields["min_new_tokens"] and REQUEST_LOGIT_BIAS in families:
             bias[eos] = draw(st.sampled_from([4.0, 0.0, 8.0]), label=f"eos pull {rid}")  # the mask decides the token
     if REQUEST_MIN_P in families and not greedy:
         fields["min_p"] = draw(_MIN_P, label=f"min_p {rid}")
@@ -87,6 +91,9 @@ def whole_requests(draw, rid: int, vocab_size: int, gamma: int, *, families=FAMI
 def request_loop_cases(draw, *, engine=None, greedy=None, max_requests=3) -> LoopCase:
     """An engine configuration it runs and 1..max_requests whole requests; the first may join later than the rest."""
     spec = draw(engine_specs(verify_mode=_modes_for(engine)), label="spec")
+    # Half the time the oracle drafter: whole blocks accepted, so a column reading the wrong history, or a stop token
+    # inside the block, lands in what is emitted.
+    spec = replace(spec, drafter=draw(st.sampled_from(("oracle", spec.drafter)), label="drafter"))
     fams = families_of(engine)
     n = draw(st.integers(1, max_requests), label="n_requests")
     reqs = tuple(draw(whole_requests(i, spec.vocab_size, spec.gamma, families=fams, greedy=greedy), label=f"request {i}")

@@ -24,14 +24,14 @@ from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 
 import contracts.strategies
-from contracts import oracle
+from contracts import oracle, request_oracle
 from contracts.boundary.dp import DpPaddingCase, DpSyncCase, LocalTokensCase, ScalingCase
 from contracts.boundary.draft import DraftCase
 from contracts.boundary.engine import EngineSpec, LayoutCase, RequestSpec, ScheduleCase
 from contracts.boundary.handoff import HandoffCase
 from contracts.boundary.relay import RelayCase, RelayStep
 from contracts.boundary.verify import DyadicCase, MarkovCase, ValueCase, VerifyCase
-from contracts.strategies import dp, draft, engine, graph, handoff, kv, ranks, relay, verify
+from contracts.strategies import dp, draft, engine, graph, handoff, kv, ranks, relay, request, verify
 
 REACH_EXAMPLES = 600  # the search budget of a reach test: every boundary is met well within it
 SHRINK_EXAMPLES = 300
@@ -766,6 +766,32 @@ def test_reaches_its_boundaries(name):
     strategy, boundaries = REACH[name]
     reaches(strategy, boundaries, BUDGET.get(name, REACH_EXAMPLES))
 
+
+def _any_req(c, pred) -> bool:
+    return any(pred(c.spec, r) for r in c.requests)
+
+
+# Whole requests: every parameter family on and off, at the edges where speculation can differ from plain decoding.
+REACH["request.request_loop_cases"] = (request.request_loop_cases(), {
+    "min_new_tokens at gamma": lambda c: _any_req(c, lambda s, r: r.min_new_tokens == s.gamma),
+    "min_new_tokens at gamma+1": lambda c: _any_req(c, lambda s, r: r.min_new_tokens == s.gamma + 1),
+    "EOS pulled up under min_new_tokens": lambda c: _any_req(
+        c, lambda s, r: r.min_new_tokens and any(t == r.eos_id and b > 0 for t, b in r.logit_bias)),
+    "stop token pulled up": lambda c: _any_req(
+        c, lambda s, r: r.stop_token_ids and any(t == r.stop_token_ids[0] and b > 0 for t, b in r.logit_bias)),
+    "penalty at its bound 2": lambda c: _any_req(c, lambda s, r: 2.0 in (r.frequency_penalty, r.presence_penalty,
+                                                                         r.repetition_penalty)),
+    "negative penalty": lambda c: _any_req(c, lambda s, r: r.frequency_penalty < 0 or r.presence_penalty < 0),
+    "min_p on a sampled request": lambda c: _any_req(c, lambda s, r: r.min_p > 0 and not r.greedy),
+    "ignore_eos": lambda c: _any_req(c, lambda s, r: r.ignore_eos),
+    "greedy and sampled in one batch": lambda c: len({r.greedy for r in c.requests}) == 2,
+    "only some requests carry a parameter": lambda c: len(c.requests) > 1 and any(
+        not request_oracle.parameters_used(r) for r in c.requests) and any(
+        request_oracle.parameters_used(r) for r in c.requests),
+    "oracle drafter": lambda c: c.spec.drafter == "oracle",
+    "ragged mode": lambda c: c.spec.verify_mode != "static",
+})
+BUDGET["request.request_loop_cases"] = 2000
 
 def test_every_strategy_module_is_covered():
     modules = {info.name for info in pkgutil.iter_modules(contracts.strategies.__path__)}

@@ -68,6 +68,17 @@ def single_thread():
         torch.set_num_threads(n)
 
 
+def drain(engine, handle, max_steps: int = 200) -> None:
+    """Step until no request is live; a generation that outlives `max_steps` (whole generations never need 200:
+    max_new_tokens <= 10 per request) is the engine's failure, named with the requests still running."""
+    live = {v.rid for v in engine.request_views(handle) if v.live}
+    for _ in range(max_steps):
+        if not live:
+            return
+        live -= set(engine.step(handle).finished)
+    expect(False, "generation", f"done within {max_steps} steps", f"requests {sorted(live)} still running")
+
+
 def greedy_reference(engine, handle, req) -> list:
     """Plain greedy decoding of the engine's own target, one target call per token."""
     seq, out = list(req.prompt), []

@@ -28,18 +28,21 @@ that token emitted, or after max_new_tokens tokens. Tokens a verify accepted pas
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import fields
 from typing import Callable, Optional
 
 import torch
 
 from contracts import oracle
 from contracts.boundary.engine import RequestSemantics, RequestSpec
+from contracts.protocol import REQUEST_PARAMETERS, STEP
 
 F64 = torch.float64
 DEFAULT_SEMANTICS = RequestSemantics()
-# The whole-request parameters, with the value that turns each off (RequestSpec's defaults).
-PARAMETER_DEFAULTS = {"frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0,
-                      "min_new_tokens": 0, "min_p": 0.0, "logit_bias": (), "stop_token_ids": (), "ignore_eos": False}
+# The whole-request parameters (those a request.* capability exercises), with the value that turns each off:
+# RequestSpec's default.
+PARAMETER_DEFAULTS = {f.name: f.default for f in fields(RequestSpec)
+                      if REQUEST_PARAMETERS.get(f.name, STEP) not in (None, STEP)}
 
 
 def parameters_used(req: RequestSpec) -> frozenset:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from contracts import budget, oracle, stats
 from contracts.boundary.engine import EngineSpec, LoopCase, RequestSpec
 from contracts.checks import expect, expect_equal
-from contracts.machine import engine_specs, join_via, run_decode_loop, single_thread
+from contracts.machine import drain, engine_specs, join_via, run_decode_loop, single_thread
 from contracts.protocol import STEP, STEP_DRAFT_CONTEXT, STEP_LAWS, STEP_PD, STEP_RAGGED, STEP_SEEDED_SAMPLING
 from contracts.registry import contract
 from contracts.strategies.engine import law_cases, loop_cases, request_specs
@@ -53,19 +53,10 @@ def progress(engine):
     run_decode_loop(engine, ("progress",), max_examples=MACHINE_EXAMPLES, steps=MACHINE_STEPS)
 
 
-def _drain(engine, handle) -> None:
-    live = {v.rid for v in engine.request_views(handle) if v.live}
-    for _ in range(MAX_STEPS):
-        if not live:
-            return
-        live -= set(engine.step(handle).finished)
-    expect(False, "generation", f"done within {MAX_STEPS} steps", f"requests {sorted(live)} still running")
-
-
 def _outputs(engine, spec: EngineSpec, requests, via: str) -> dict:
     handle = engine.new_engine(spec)
     engine.add_requests(handle, list(requests), via)
-    _drain(engine, handle)
+    drain(engine, handle, MAX_STEPS)
     return {v.rid: v.output for v in engine.request_views(handle)}
 
 
@@ -276,7 +267,7 @@ def sequence_law(engine):
             t, k, p = settings
             engine.add_requests(handle, [RequestSpec(i, DIST_PROMPT, t, DIST_TOKENS, top_k=k, top_p=p)
                                          for i in range(n)], join_via(engine, "local"))
-            _drain(engine, handle)
+            drain(engine, handle, MAX_STEPS)
             counts = {}
             for v in engine.request_views(handle):
                 key = tuple(v.output[DIST_WINDOW])

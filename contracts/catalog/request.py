@@ -17,8 +17,8 @@ import torch
 from contracts import budget, request_oracle, stats
 from contracts.boundary.engine import EngineSpec, LoopCase, RequestSpec
 from contracts.checks import expect, expect_equal
-from contracts.machine import join_via, single_thread
-from contracts.protocol import REQUEST, REQUEST_STATE, STEP, STEP_LAWS, STEP_RAGGED
+from contracts.machine import drain, join_via, single_thread
+from contracts.protocol import REQUEST, REQUEST_PARAMETERS, REQUEST_STATE, STEP, STEP_LAWS, STEP_RAGGED
 from contracts.registry import contract
 from contracts.strategies.request import request_loop_cases
 
@@ -114,20 +114,11 @@ REQ_CONFIGS = (
 
 
 def _configs(engine) -> list:
-    fams = {f for f in engine.capabilities if f.startswith(REQUEST + ".")}
-    out = []
-    for seed, (mode, frac, drafter, req) in enumerate(REQ_CONFIGS):
-        need = {REQUEST + "." + f for f in _families(req)}
-        if need <= fams and (mode == "static" or STEP_RAGGED in engine.capabilities):
-            out.append((seed, mode, frac, drafter, req))
-    return out
-
-
-def _families(req: RequestSpec) -> set:
-    names = {"frequency_penalty": "penalties", "presence_penalty": "penalties", "repetition_penalty": "penalties",
-             "min_new_tokens": "min-new-tokens", "min_p": "min-p", "logit_bias": "logit-bias",
-             "stop_token_ids": "stop-tokens", "ignore_eos": "stop-tokens"}
-    return {names[p] for p in request_oracle.parameters_used(req)}
+    """The configurations whose parameters this engine's pack exercises, in the verify modes it runs."""
+    caps = engine.capabilities
+    return [(seed, mode, frac, drafter, req) for seed, (mode, frac, drafter, req) in enumerate(REQ_CONFIGS)
+            if {REQUEST_PARAMETERS[p] for p in request_oracle.parameters_used(req)} <= caps
+            and (mode == "static" or STEP_RAGGED in caps)]
 
 
 @contract("REQ-003", "sampled requests with penalties, min_p, min_new_tokens, stop token ids and logit bias follow the "
@@ -147,19 +138,11 @@ def sampled_output_law(engine):
                               seed=200 + seed, model_seed=7, pool_size=n, max_context_len=32)
             handle = engine.new_engine(spec)
             engine.add_requests(handle, [replace(req, rid=i) for i in range(n)], join_via(engine, "local"))
-            _drain(engine, handle)
+            drain(engine, handle, MAX_STEPS)
             counts = Counter(tuple(v.output) for v in engine.request_views(handle))
             law = request_oracle.output_law(lambda seq: engine.target_next_logits(handle, seq), req, sem)
             family.check(*stats.table_test(f"{mode} frac={frac} {drafter} ({_params(req)}): whole output",
                                            dict(counts), law))
-
-
-def _drain(engine, handle) -> None:
-    for _ in range(MAX_STEPS):
-        if not any(v.live for v in engine.request_views(handle)):
-            return
-        engine.step(handle)
-    expect(False, "generation", f"done within {MAX_STEPS} steps", "requests still running")
 
 
 @contract("REQ-004", "after every step, each live request's parameter state is a function of its committed output alone: "

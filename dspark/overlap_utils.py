@@ -16,6 +16,7 @@ from typing import Optional
 import torch
 
 from dspark import _validate
+from dspark.device_streams import IMMEDIATE
 from dspark.spec_info import SpeculativeAlgorithm
 
 POISON = -1
@@ -34,6 +35,8 @@ class ConfidenceRing:
         self.req_pool_size = _validate.positive_int("req_pool_size", req_pool_size)
         self.lag = _validate.positive_int("lag", lag)
         self._history: list = []  # (confidence [P, gamma], generation [P]) after each push, newest last
+        self._pushes = 0  # pushes done (the history holds the last `lag` of them)
+        self.issued = 0  # pushes a writer issued that complete later (a copy stream's): counted by that writer
 
     def push(self, rows: torch.Tensor, confidence: torch.Tensor, generation: torch.Tensor) -> None:
         self._check_rows(rows)
@@ -48,6 +51,7 @@ class ConfidenceRing:
         rows = rows.cpu().to(torch.int64)
         conf[rows], gen[rows] = confidence.cpu().to(torch.float64), generation.cpu().to(torch.int64)
         self._history = (self._history + [(conf, gen)])[-self.lag:]
+        self._pushes += 1
 
     def check_confidence(self, confidence, n: int) -> None:
         """Raise unless `confidence` is [n, gamma] probabilities (what a later budget reads as survival factors) of
@@ -72,13 +76,22 @@ class ConfidenceRing:
     def clear(self) -> None:
         """Forget every push (a path that starts again has no history)."""
         self._history = []
+        self._pushes = self.issued = 0
 
-    def read(self, rows: torch.Tensor):
-        """(confidence [n, gamma], writer generation [n]) published `lag` pushes ago, or None."""
+    def read(self, rows: torch.Tensor, push: Optional[int] = None):
+        """(confidence [n, gamma], writer generation [n]) published `lag` pushes ago, or None. `push` (0-based) names
+        the push to read instead, for a reader whose newer pushes may still be in flight (a ring slot)."""
         self._check_rows(rows)
-        if len(self._history) < self.lag:
-            return None
-        conf, gen = self._history[0]
+        if push is None:
+            if len(self._history) < self.lag:
+                return None
+            conf, gen = self._history[0]
+        else:
+            held = push - (self._pushes - len(self._history))
+            if not 0 <= held < len(self._history):
+                raise RuntimeError(f"ConfidenceRing: push {push} is not held (pushes done {self._pushes}, "
+                                   f"holding the last {len(self._history)}): read before its copy completed?")
+            conf, gen = self._history[held]
         rows = rows.cpu().to(torch.int64)
         return conf[rows].clone(), gen[rows].clone()
 
@@ -159,6 +172,7 @@ class FutureMap:
         poison: bool = False,
         needs_cpu_seq_lens: bool = True,
         strict: bool = False,
+        streams=None,
     ):
         self.req_pool_size = _validate.positive_int("req_pool_size", req_pool_size)
         if not isinstance(spec_algorithm, SpeculativeAlgorithm):
@@ -175,6 +189,17 @@ class FutureMap:
         self._fresh_seq_lens = torch.zeros(req_pool_size, dtype=torch.bool)
         self._fresh_bonus = torch.zeros(req_pool_size, dtype=torch.bool)
         self.publish_ready = None  # set by the first non-empty publish (SGLang: a device Event)
+        # The stream surface the confidence relay runs on (dspark.device_streams); the default completes at once.
+        self.streams = IMMEDIATE if streams is None else streams
+        # The pool's row generations: set, the ring copy reads the writers' generations from the pool as SGLang's CUDA
+        # ring does (gen_ring.copy_(pool.req_generation)), so the pool must not reuse a row while that copy is pending.
+        self.generation_source: Optional[torch.Tensor] = None
+        self._copy_stream = None  # created on the first confidence publish
+        self._ring_ready = None  # recorded on the copy stream after each ring copy
+        self._slot_ready: list = []  # per ring slot, recorded after the copy into it: what a reader of the slot waits on
+        self._staging: Optional[torch.Tensor] = None  # [P, gamma] the forward stream's confidence, read by the copy
+        self._staging_gen: Optional[torch.Tensor] = None
+        self._slot: Optional[torch.Tensor] = None  # the ring copy's confidence, until its generations land
 
     # ---- writers (step N) -------------------------------------------------
 
@@ -201,7 +226,7 @@ class FutureMap:
             return
         self.new_seq_lens_buf[rows] = new_seq_lens.to(self.new_seq_lens_buf)
         if confidence is not None:
-            self.confidence_ring.push(rows, confidence, generation)
+            self._relay_confidence(rows.cpu(), confidence, generation)
         self._fresh_seq_lens[rows.cpu()] = True
         self.publish_ready = True
 
@@ -215,6 +240,67 @@ class FutureMap:
             return
         self.output_tokens_buf[rows] = payload.bonus_tokens.to(self.output_tokens_buf)
         self._fresh_bonus[rows.cpu()] = True
+
+    def _relay_confidence(self, rows: torch.Tensor, confidence: torch.Tensor, generation: torch.Tensor) -> None:
+        """Step N's confidence into the ring as SGLang's CUDA relay moves it: the forward stream scatters it into a
+        staging buffer, a copy stream copies the staged rows and the writers' generations into a host ring slot, and
+        `_ring_ready` and the slot's event mark the copy done. The orderings that make it safe: the scatter waits for
+        the previous copy (which reads the staging), the copy waits for the scatter, a reader waits for the event of
+        the slot it reads (only that one: the newer copies stay in flight), and the pool rows stay in use by the copy
+        stream until the copy is done (record_stream)."""
+        s = self.streams
+        gamma = confidence.shape[1]
+        if self._copy_stream is None:
+            self._copy_stream, self._ring_ready = s.Stream("relay-copy"), s.Event("ring-ready")
+            self._slot_ready = [s.Event(f"ring-slot{k}-ready") for k in range(self.confidence_ring.lag + 1)]
+        if self._staging is None or self._staging.shape[1] != gamma:
+            self._staging = torch.zeros(self.req_pool_size, gamma, dtype=torch.float64)
+            self._staging_gen = torch.zeros(self.req_pool_size, dtype=torch.int64)
+        staged = s.mem("relay.confidence_staging", rows)
+        conf, gen = confidence.cpu().to(torch.float64), generation.cpu().to(torch.int64)
+        if self.confidence_ring.issued:
+            self._await_ring_copy()
+
+        def scatter():
+            self._staging[rows], self._staging_gen[rows] = conf, gen
+
+        s.launch("scatter confidence into the relay staging", scatter, writes=(staged,))
+        scattered = s.Event("confidence-staged")
+        scattered.record()
+        copy = self._copy_stream
+        copy.wait_event(scattered)
+        k = self.confidence_ring.issued % (self.confidence_ring.lag + 1)
+        slot = s.mem(f"confidence_ring.slot{k}", rows)
+        pool_gen, src = s.mem("pool.req_generation", rows), self.generation_source
+        self.confidence_ring.issued += 1
+
+        def copy_confidence():
+            self._slot = self._staging[rows].clone()
+
+        def copy_generation():
+            writers = (src if src is not None else self._staging_gen)[rows].clone()
+            self.confidence_ring.push(rows, self._slot, writers)
+
+        with s.stream(copy):
+            s.copy_("ring copy of the staged confidence", slot, staged, copy_confidence, non_blocking=True)
+            s.copy_("ring copy of the writers' generations", slot, pool_gen if src is not None else staged,
+                    copy_generation, non_blocking=True)
+        if src is not None:
+            self._hold_rows(pool_gen, copy)
+        self._mark_copied(k, copy)
+
+    def _await_ring_copy(self) -> None:
+        """The forward stream waits for the last ring copy, which still reads the staging it is about to scatter into."""
+        self.streams.current_stream().wait_event(self._ring_ready)
+
+    def _hold_rows(self, pool_rows, copy) -> None:
+        """The pool rows the copy reads stay in use by its stream: a freed row is not handed out again before then."""
+        self.streams.record_stream(pool_rows, copy)
+
+    def _mark_copied(self, slot: int, copy) -> None:
+        """The events a later step waits on, recorded on the stream that runs the copy (after it)."""
+        self._ring_ready.record(copy)
+        self._slot_ready[slot].record(copy)
 
     # ---- readers (step N+1) ----------------------------------------------
 
@@ -260,7 +346,14 @@ class FutureMap:
 
     def resolve_confidence(self, rows: torch.Tensor):
         """(confidence, writer generation) of `rows` as published CONFIDENCE_RELAY_LAG steps ago, or None before then."""
-        return self.confidence_ring.read(self._rows("rows", rows))
+        rows = self._rows("rows", rows)
+        lag = self.confidence_ring.lag
+        if self.confidence_ring.issued >= lag:
+            slot = (self.confidence_ring.issued - lag) % (lag + 1)
+            self._slot_ready[slot].synchronize()  # the host reads a slot only once the copy into it is done
+            self.streams.host_read(self.streams.mem(f"confidence_ring.slot{slot}", rows), "the budget's relayed confidence")
+            return self.confidence_ring.read(rows, push=self.confidence_ring.issued - lag)
+        return None
 
     def snapshot(self) -> dict[str, torch.Tensor]:
         """Copies of everything a call may change (the relay buffers, the consume-once flags, the confidence ring's

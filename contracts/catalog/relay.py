@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from contracts import oracle
 from contracts.checks import expect
-from contracts.protocol import RELAY
+from contracts.protocol import RELAY, RELAY_PREALLOC
 from contracts.registry import contract
-from contracts.strategies.relay import REUSE_CASE, relay_cases
+from contracts.strategies.relay import PREALLOC_CASE, REUSE_CASE, prealloc_relay_cases, relay_cases
 from contracts.violation import Mismatch
 
 TOL = 1e-6  # engines relay confidence in float32; the case's values are exact there
@@ -24,9 +24,23 @@ TOL = 1e-6  # engines relay confidence in float32; the case's values are exact t
           "occupant's history); a step may go without a budget only while fewer than `lag` steps have run",
           requires={RELAY}, cases=relay_cases, examples=(REUSE_CASE,))
 def budget_reads_own_lagged_confidence(engine, case):
-    lag = engine.confidence_relay_lag
-    batches = case.batches()
-    reads = engine.run_confidence_relay(case)
+    expect_own_lagged_reads(case, engine.run_confidence_relay(case), engine.confidence_relay_lag)
+
+
+@contract("RELAY-002", "RELAY-001 holds when requests take their rows up to 3 steps before they join (a PD decode "
+          "server allocates a request's row when its KV transfer starts, while the running batch keeps decoding and "
+          "publishing): a row taken early lends its request neither its previous occupant's history nor never-written "
+          "values, and the request reads 1s until it has drafted `lag` steps",
+          requires={RELAY, RELAY_PREALLOC}, cases=prealloc_relay_cases, examples=(PREALLOC_CASE,))
+def prealloc_row_lends_no_history(engine, case):
+    expect_own_lagged_reads(case, engine.run_confidence_relay(case), engine.confidence_relay_lag)
+
+
+def expect_own_lagged_reads(case, reads, lag: int) -> None:
+    """RELAY-001's expectation of what each step's budget read (also what the relay must read under any schedule).
+    A request whose row was already its own `lag` steps back, though it had not joined then (RelayStep.prealloc), is
+    named so in the field: that read is RELAY-002's."""
+    batches, taken = case.batches(), case.taken()
     expect(len(reads) == len(batches), "steps reported", len(batches), len(reads))
     for s, (rids, read) in enumerate(zip(batches, reads)):
         expect(tuple(read.rids) == rids, f"step {s}: rows", rids, read.rids)
@@ -45,7 +59,10 @@ def budget_reads_own_lagged_confidence(engine, case):
                     why = f"1s: nothing was drafted {lag} steps before step {s}"
                 else:
                     why = f"1s: it joined at step {_joined(case, rid)}, after step {s - lag}"
-                raise Mismatch(f"step {s}: survival the budget read for request {rid}", f"{want} ({why})", got)
+                early = rid not in before and s >= lag and taken[rid] <= s - lag
+                field = f"step {s}: survival the budget read for request {rid}" + (
+                    f" (its row taken at step {taken[rid]}, before it joined at step {_joined(case, rid)})" if early else "")
+                raise Mismatch(field, f"{want} ({why})", got)
 
 
 def _joined(case, rid) -> int:

@@ -3,7 +3,8 @@ CURRENT row generation.
 
 ConfidenceRelay (managers/overlap_utils.py) has two read paths. On CUDA (is_cuda(): torch.version.cuda set) it copies
 the confidence and req_generation into a ring at each publish and resolve() reads CONFIDENCE_RELAY_RING_LAG (2)
-publishes back, with the generation of the writer. Everywhere else (FutureMap.fwd_prepare_d2h_stream is None: ROCm,
+publishes back, with the generation copied at that publish (the pool's, not the writer's: RELAY-002, the same root,
+relay_002_cuda_ring_generation.py; one draft report for both: relay_writer_generation.md). Everywhere else (FutureMap.fwd_prepare_d2h_stream is None: ROCm,
 where torch.version.cuda is None, Ascend NPU, Intel XPU) resolve() returns confidence_buf[rows] -- whatever the last
 publish scattered -- together with pool.req_generation[rows] as it is NOW. The overlap budget planner
 (HostConfidenceBudgetPlanner with relay_lag_steps = 2, so no carry ring of its own) then
@@ -43,12 +44,20 @@ def confidence(rid, step):
 
 def apply_fix():
     """Minimal correction: the host path keeps the CUDA path's ring (a synchronous copy at publish, with the writer's
-    generation) and reads CONFIDENCE_RELAY_RING_LAG publishes back."""
+    generation, recorded per row at scatter as RELAY-002's fix records it) and reads CONFIDENCE_RELAY_RING_LAG
+    publishes back."""
     import torch
     from sglang.srt.managers import overlap_utils as ou
 
     real_init, real_copy, real_resolve = (ou.ConfidenceRelay._lazy_init, ou.ConfidenceRelay.issue_ring_copy,
                                           ou.ConfidenceRelay.resolve)
+    real_scatter, writers = ou.ConfidenceRelay.scatter, {}
+
+    def scatter(self, indices, conf):  # upstream: a `writer_generation` field (the Struct takes no new attributes)
+        real_scatter(self, indices, conf)
+        gen = writers.setdefault(id(self), torch.zeros(self.req_pool_size, dtype=torch.int64))
+        rows = indices.to("cpu", torch.int64)
+        gen[rows] = self.pool.req_generation[rows]
 
     def _lazy_init(self, conf):
         real_init(self, conf)
@@ -62,7 +71,7 @@ def apply_fix():
             return real_copy(self, stream=stream, publish_ready=publish_ready)
         slot = self.ring_pos % ou.CONFIDENCE_RELAY_RING_DEPTH
         self.conf_ring[slot].copy_(self.confidence_buf)  # synchronous: .cpu() semantics of the old host path
-        self.gen_ring[slot].copy_(self.pool.req_generation)
+        self.gen_ring[slot].copy_(writers[id(self)])
         self.ring_pos += 1
 
     def resolve(self, batch, *, stream, publish_ready):
@@ -76,6 +85,7 @@ def apply_fix():
         return ou.ResolvedConfidence(confidence=self.conf_ring[slot][idx], generation=self.gen_ring[slot][idx])
 
     ou.ConfidenceRelay._lazy_init = _lazy_init
+    ou.ConfidenceRelay.scatter = scatter
     ou.ConfidenceRelay.issue_ring_copy = issue_ring_copy
     ou.ConfidenceRelay.resolve = resolve
 

@@ -1,6 +1,8 @@
 """RELAY-002 (SGLang 0.5.23): on CUDA, the DSpark confidence relay's ring records the pool's row generation at PUBLISH
 time for every row, so a row a PD decode server pre-allocates before the request's KV transfer completes passes the
-freshness check with its previous occupant's confidence.
+freshness check with its previous occupant's confidence. The same root as RELAY-001 (the relay's read does not carry
+the writer's generation; relay_001_host_relay_current_generation.py): one draft report for both,
+relay_writer_generation.md.
 
 ConfidenceRelay (managers/overlap_utils.py) on CUDA: every confidence publish scatters the batch's confidence into
 confidence_buf[rows] and then copies ALL of confidence_buf into ring slot ring_pos % 3 together with

@@ -188,3 +188,159 @@ def test_generated_pd_cases_find_the_failure_unfixed():
         run_contract(all_contracts()[RELAY], _engine(pd_lead=2), profile="ci")
     assert caught.value.case is not None and caught.value.case.overlap
     assert "survival the budget read" in caught.value.what
+
+
+# ---- RELAY-002 as `check --engine sglang` runs it (the pack's relay.prealloc cases, on the ring) -------------------
+
+
+def test_the_pack_runs_prealloc_cases_on_the_ring(sglang_engine, monkeypatch):
+    """The sglang pack's RELAY-002 cases go through overlap_utils' CUDA branch (the ring is read), its PD decode
+    pool and prebuilt path; RELAY-001's cases stay on this CPU's own (host) branch."""
+    from sglang.srt.disaggregation.decode import DecodeReqToTokenPool
+    from sglang.srt.managers import overlap_utils as ou
+
+    from contracts.strategies.relay import PREALLOC_CASE
+
+    ring_reads, pools = [], []
+    real_resolve, real_init = ou.ConfidenceRelay.resolve, DecodeReqToTokenPool.__init__
+
+    def resolve(self, batch, *, stream, publish_ready):
+        ring_reads.append(stream is not None and publish_ready is not None)
+        return real_resolve(self, batch, stream=stream, publish_ready=publish_ready)
+
+    def init(self, *a, **k):
+        pools.append(self)
+        real_init(self, *a, **k)
+
+    monkeypatch.setattr(ou.ConfidenceRelay, "resolve", resolve)
+    monkeypatch.setattr(DecodeReqToTokenPool, "__init__", init)
+    sglang_engine.run_confidence_relay(PREALLOC_CASE)
+    assert pools and ring_reads and all(ring_reads)
+    ring_reads.clear()
+    sglang_engine.run_confidence_relay(REUSE_CASE)
+    assert ring_reads and not any(ring_reads)
+
+
+def test_relay_002_fails_on_the_field_the_ledger_names(sglang_engine):
+    from contracts import ledger
+    from contracts.strategies.relay import PREALLOC_CASE
+
+    with pytest.raises(ContractViolation) as caught:
+        check_case(all_contracts()["RELAY-002"], sglang_engine, PREALLOC_CASE)
+    v = caught.value
+    assert v.what == "step 4: survival the budget read for request 2 (its row taken at step 2, before it joined at step 4)"
+    assert v.observed == pytest.approx(_survival(PREALLOC_CASE.confidence(0, 1)))  # request 0's step 1
+    (entry,) = ledger.engine_entries(sglang_engine, "RELAY-002")
+    assert entry.matches(v) and entry.finding.repro.endswith("relay_002_cuda_ring_generation.py")
+
+
+def test_writer_generation_makes_relay_002_pass_on_the_pack(sglang_engine, monkeypatch):
+    """The ledger's correction alone (no other) makes the whole contract pass, generated cases included."""
+    from contracts.adapters.sglang.corrections import writer_generation_recorded
+
+    writer_generation_recorded(monkeypatch)
+    run_contract(all_contracts()["RELAY-002"], sglang_engine, profile="ci")
+
+
+def test_check_reports_relay_002_as_known_with_corrections_passing(sglang_engine):
+    from contracts.runner import run_with_ledger
+
+    with pytest.raises(pytest.xfail.Exception, match="with the known corrections: passed") as caught:
+        run_with_ledger(all_contracts()["RELAY-002"], sglang_engine)
+    assert "gen_ring[slot].copy_(self.pool.req_generation)" in str(caught.value)
+
+
+def test_both_corrections_compose_in_either_order(sglang_engine, monkeypatch):
+    """check applies every known correction at once: RELAY-001's host ring and RELAY-002's writer generation, in
+    either order, leave both branches carrying the writer's generation."""
+    from contracts.adapters.sglang.corrections import host_relay_ring, writer_generation_recorded
+
+    for order in ((host_relay_ring, writer_generation_recorded), (writer_generation_recorded, host_relay_ring)):
+        with monkeypatch.context() as mp:
+            for fix in order:
+                fix(mp)
+            for cid in ("RELAY-001", "RELAY-002"):
+                run_contract(all_contracts()[cid], sglang_engine, profile="ci")
+
+
+def _ring_reads_one_publish_back(mp):
+    """Re-inserted: the ring is read one publish back (a lag of one step), a different cause."""
+    from sglang.srt.managers import overlap_utils as ou
+
+    mp.setattr(ou, "CONFIDENCE_RELAY_RING_LAG", 1)
+
+
+def _freshness_check_without_generation(mp):
+    """Re-inserted: the budget planner uses the relayed confidence whatever its generation."""
+    from sglang.srt.speculative.dspark_components.dspark_planner import HostConfidenceBudgetPlanner
+
+    def survival(self, *, lagged_confidence, lagged_generation, current_generation):
+        import torch
+
+        k = torch.cumprod(lagged_confidence.to(torch.float32), dim=1)
+        return torch.where((current_generation.to(torch.int64) >= 1).view(-1, 1), k, torch.ones_like(k))
+
+    mp.setattr(HostConfidenceBudgetPlanner, "_two_steps_prior_survival", survival)
+
+
+@pytest.mark.parametrize("bug", [_ring_reads_one_publish_back, _freshness_check_without_generation],
+                         ids=lambda f: f.__name__.strip("_"))
+def test_the_relay_002_entry_does_not_hide_another_bug(sglang_engine, monkeypatch, bug):
+    """The entry's precision: another relay bug re-inserted fails `check`'s run of RELAY-002, either on a field the
+    entry does not name or because the run with every known correction still fails."""
+    from contracts.runner import run_with_ledger
+
+    bug(monkeypatch)
+    with pytest.raises(ContractViolation):
+        run_with_ledger(all_contracts()["RELAY-002"], sglang_engine)
+
+
+# ---- the ring branch on the repo's stream model ----------------------------------------------------------------------
+
+
+def _model(*stalls):
+    from contracts.streams import Schedule, StreamModel
+
+    return StreamModel(Schedule(tuple(stalls)))
+
+
+def test_on_the_eager_model_the_ring_reads_as_with_the_stand_ins():
+    """The eager order is the one the stand-ins give: same reads, no race, and the ring copies went through the
+    model's D2H stream (pending until the next host action)."""
+    for case, options in ((REUSE_CASE, {}), (PD_CASE, {"pd_prealloc": {2: 2}})):
+        model = _model()
+        on_model = _engine(**options).run_confidence_relay_on(case, model)
+        assert [(r.rids, r.survival) for r in on_model] == \
+            [(r.rids, r.survival) for r in _engine(**options).run_confidence_relay(case)]
+        assert model.violations == []
+        assert sum(a.startswith("copy 'conf_ring[") for a in model.actions) == len(case.steps)
+
+
+def test_a_stalled_ring_copy_is_pending():
+    """Holding the D2H stream back: `resolve` finds the slot's copy_done not yet complete and skips the budget (SGLang
+    does not wait), and the next publish's scatter races the pending copy that reads confidence_buf. Both are what
+    the stand-ins (copies done at once) hide; neither is triaged yet, so STREAM-001 is not declared on the pack."""
+    from contracts.streams import Stall
+
+    model = _model(Stall(start=5, length=20, streams=1))
+    reads = _engine().run_confidence_relay_on(REUSE_CASE, model)
+    assert all(r.survival is None for r in reads)  # never resolved while the copies were held
+    kinds = {v.kind for v in model.violations}
+    assert kinds == {"unordered-access"}
+    assert "scatter into confidence_buf" in str(model.violations[0]) and "conf_ring[" in str(model.violations[0])
+
+
+def test_the_pack_runs_relay_002_on_the_eager_model(sglang_engine, monkeypatch):
+    from contracts.adapters.sglang import relay_ring_model
+    from contracts.strategies.relay import PREALLOC_CASE
+
+    entered = []
+    real = relay_ring_model.ring_branch_on
+
+    def spy(model):
+        entered.append(model)
+        return real(model)
+
+    monkeypatch.setattr(relay_ring_model, "ring_branch_on", spy)
+    sglang_engine.run_confidence_relay(PREALLOC_CASE)
+    assert len(entered) == 1 and entered[0].schedule.stalls == () and entered[0].violations == []

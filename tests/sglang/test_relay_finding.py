@@ -1,7 +1,9 @@
 """RELAY-001 on unmodified SGLang 0.5.23: off CUDA, the overlap path's confidence relay reads the newest values with the
 reader's generation, so a step's budget reads confidence one step old (the configured lag is 2) and a reused row
-lends its previous occupant's history to the request that takes it. On CUDA the ring records the writer's generation
-and reads `CONFIDENCE_RELAY_RING_LAG` publishes back. Giving the host path the same ring makes the contract pass.
+lends its previous occupant's history to the request that takes it. On CUDA the ring reads
+`CONFIDENCE_RELAY_RING_LAG` publishes back with the generation copied at publish (right for RELAY-001's cases; a PD
+pre-allocated row is RELAY-002, tests/sglang/test_cuda_relay_path.py). Giving the host path the ring, with the
+writer's generation, makes the contract pass. Both findings share one root and one draft report.
 """
 
 import pytest
@@ -19,6 +21,22 @@ pytestmark = pytest.mark.skipif(sglang_env.sglang_unavailable_reason() is not No
                                 reason=str(sglang_env.sglang_unavailable_reason()))
 
 
+def test_both_relay_findings_share_one_report_and_keep_their_scripts(sglang_engine):
+    from pathlib import Path
+
+    from contracts import ledger
+
+    root = Path(__file__).resolve().parents[2]
+    found = {cid: ledger.engine_entries(sglang_engine, cid)[0].finding for cid in ("RELAY-001", "RELAY-002")}
+    assert {f.report for f in found.values()} == {"findings/sglang/relay_writer_generation.md"}
+    assert (root / found["RELAY-001"].report).is_file()
+    assert len({f.repro for f in found.values()}) == 2 and all((root / f.repro).is_file() for f in found.values())
+    assert not any((root / f.repro).with_suffix(".md").exists() for f in found.values())  # no second copy of the report
+    text = (root / found["RELAY-001"].report).read_text()
+    for f in found.values():
+        assert Path(f.repro).name in text
+    readme = (root / "findings" / "README.md").read_text()
+    assert readme.count("(sglang/relay_writer_generation.md)") >= 2
 
 
 def test_the_host_relay_reads_a_step_too_late_and_lends_a_reused_rows_history(sglang_engine):

@@ -4,6 +4,13 @@ row generations. Per step, the scheduler's entry points in its order: `prepare_v
 `resolve_verify_token_budget`, then after the verify `FutureMap.publish` with the step's confidence (overlap).
 Observed: the survival the budget planner hands `compute_verify_token_budget`. Substituted: the draft model and
 the model runner (the real pool), and the batch as the fields these entry points read.
+
+A PD decode server's case (`RelayCase.pd_decode`, rows possibly taken before their requests join: RELAY-002; the
+pack declares `relay.prealloc`) runs where SGLang runs DSpark's PD decode with the relay's ring, on
+overlap_utils' CUDA branch with SGLang's PD decode pool and prebuilt path (contracts.adapters.sglang.relay_cuda_path),
+its streams, events and ring copy on the repo's stream model in its eager order (relay_ring_model: the copy is pending
+until the next host action; events are recorded, waited on and queried as the model orders them). This CPU's own branch (the host path) already fails every such case for RELAY-001's
+cause, so it would show nothing of the pre-allocation.
 """
 
 from __future__ import annotations
@@ -31,6 +38,25 @@ class SGLangRelay:
             return planner
 
     def run_confidence_relay(self, case: RelayCase) -> list:
+        if case.overlap and (case.pd_decode or any(step.prealloc for step in case.steps)):
+            return self._run_on_ring(case)
+        return self._run_local(case)
+
+    @staticmethod
+    def _run_on_ring(case: RelayCase) -> list:
+        """The CUDA branch on the stream model in its eager order (every op done before the host looks again: the
+        order the ring is written for); a race or a wait the model finds even there is raised, not ignored."""
+        from contracts.adapters.sglang.relay_cuda_path import SGLangCudaRelay
+        from contracts.streams import EAGER, StreamModel
+
+        model = StreamModel(EAGER)
+        reads = SGLangCudaRelay().run_confidence_relay_on(case, model)
+        if model.violations:
+            raise RuntimeError(f"SGLang's relay ring under the eager stream order: {model.violations[0]}")
+        return reads
+
+    def _run_local(self, case: RelayCase) -> list:
+        """Every row taken just before its request's first step (`ReqToTokenPool.alloc_rows`)."""
         rt = runtime()
         from sglang.srt.managers.overlap_utils import FutureMap
         from sglang.srt.mem_cache.memory_pool import ReqToTokenPool

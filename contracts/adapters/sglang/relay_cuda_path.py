@@ -11,6 +11,12 @@ What is stood in, only inside `cuda_ring_branch()` and only in overlap_utils' ow
   ordering the ring is written for: resolve reads a slot only after its copy completed);
 * `pin_memory=True` allocations are plain host tensors (no pinned allocator without an accelerator).
 Every other line is SGLang's own. What it can hide: a race of the asynchronous D2H copy with a later scatter.
+`run_confidence_relay_on(case, model)` runs the same branch on the repo's stream model instead
+(contracts.adapters.sglang.relay_ring_model): the copy is pending until the model's schedule completes it. The sglang
+pack runs RELAY-002 that way, in the model's eager order.
+
+A `pd_decode` case (or one with `RelayStep.prealloc`) runs as a PD decode server's (as `pd_prealloc` below), each
+request's row taken at its prealloc step, or at its join step without one.
 
 Engine options (`SGLangCudaRelay(...)`):
 * `pd_prealloc` {rid: step} and/or `pd_lead` (steps): the case's requests are PD decode requests: their rows come
@@ -37,6 +43,7 @@ from typing import Iterator, Mapping, Optional
 import torch
 
 from contracts import protocol
+from contracts.adapters.sglang import corrections
 from contracts.adapters.sglang.relay import SGLangRelay
 from contracts.adapters.sglang.runtime import CPU, runtime
 from contracts.boundary.relay import RelayCase, RelayRead
@@ -129,30 +136,14 @@ def cuda_ring_branch() -> Iterator[RingBranchLog]:
 
 @contextlib.contextmanager
 def writer_generation_fix() -> Iterator[None]:
-    """Minimal correction: `ConfidenceRelay` keeps, per row, the generation of the request whose confidence the row
-    holds (recorded at `scatter`), and `issue_ring_copy` copies that into `gen_ring[slot]` instead of the pool's
-    generation at publish. (Upstream: a `writer_generation` field allocated in `_lazy_init`; here a side table,
-    since the msgspec Struct takes no new attributes.)"""
+    """The minimal correction (`corrections.writer_generation_recorded`, RELAY-002's in the ledger): `ConfidenceRelay`
+    keeps, per row, the generation of the request whose confidence the row holds (recorded at `scatter`), and
+    `issue_ring_copy` copies that into `gen_ring[slot]` instead of the pool's generation at publish."""
+    import pytest
+
     runtime()
-    from sglang.srt.managers import overlap_utils as ou
-
-    writers: dict = {}
-    real_scatter, real_copy = ou.ConfidenceRelay.scatter, ou.ConfidenceRelay.issue_ring_copy
-
-    def scatter(self, indices, confidence):
-        real_scatter(self, indices, confidence)
-        gen = writers.setdefault(id(self), torch.zeros(self.req_pool_size, dtype=torch.int64))
-        rows = indices.to("cpu", torch.int64)
-        gen[rows] = self.pool.req_generation[rows]
-
-    def issue_ring_copy(self, *, stream, publish_ready):
-        slot, pos = self.ring_pos % ou.CONFIDENCE_RELAY_RING_DEPTH, self.ring_pos
-        real_copy(self, stream=stream, publish_ready=publish_ready)
-        if self.ring_pos != pos:  # a copy was issued into `slot`
-            self.gen_ring[slot].copy_(writers[id(self)])
-
-    with patched(ou.ConfidenceRelay, "scatter", scatter), \
-            patched(ou.ConfidenceRelay, "issue_ring_copy", issue_ring_copy):
+    with pytest.MonkeyPatch.context() as mp:
+        corrections.writer_generation_recorded(mp)
         yield
 
 
@@ -162,7 +153,7 @@ class SGLangCudaRelay(SGLangRelay):
     name = "sglang-cuda-relay"
     device = "cpu"
     relay_path = "cuda"
-    capabilities = frozenset({protocol.RELAY})
+    capabilities = frozenset({protocol.RELAY, protocol.RELAY_PREALLOC, protocol.RELAY_STREAMS})
     known_failures = ()
 
     def __init__(self, *, pd_prealloc: Optional[Mapping[int, int]] = None, pd_lead: Optional[int] = None,
@@ -184,12 +175,27 @@ class SGLangCudaRelay(SGLangRelay):
         return here if not opts else f"{here}({', '.join(opts)})"
 
     def run_confidence_relay(self, case: RelayCase) -> list:
+        return self._run(case, None)
+
+    def run_confidence_relay_on(self, case: RelayCase, streams) -> list:
+        """The same, with the branch's streams, events and ring copy on `streams` (a `contracts.streams.StreamModel`:
+        contracts.adapters.sglang.relay_ring_model) instead of the stand-ins."""
+        return self._run(case, streams)
+
+    def _run(self, case: RelayCase, streams) -> list:
+        from contracts.adapters.sglang.relay_ring_model import ring_branch_on
+
         with contextlib.ExitStack() as stack:
-            self.last_log = stack.enter_context(cuda_ring_branch())
+            if streams is None:
+                self.last_log = stack.enter_context(cuda_ring_branch())
+            else:
+                self.last_log = None
+                stack.enter_context(ring_branch_on(streams))
             if self.fix:
                 stack.enter_context(writer_generation_fix())
-            if not self.pd or not case.overlap:  # without overlap no relay: the planner's own carry, as SGLangRelay
-                return super().run_confidence_relay(case)
+            prealloc = case.pd_decode or any(step.prealloc for step in case.steps)
+            if not (self.pd or prealloc) or not case.overlap:  # without overlap no relay: the planner's own carry
+                return self._run_local(case)
             return self._run_pd_decode(case)
 
     def _run_pd_decode(self, case: RelayCase) -> list:
@@ -210,8 +216,9 @@ class SGLangCudaRelay(SGLangRelay):
         planner = self._relay_planner(case, pool)
         fm = FutureMap(CPU, SpeculativeAlgorithm.DSPARK, pool, needs_cpu_seq_lens=True, needs_confidence_relay=True)
         self.last_relay = fm.confidence_relay
-        joins = {rid: s for s, step in enumerate(case.steps) for rid in step.join}
-        alloc_at = {rid: max(0, min(self.pd_prealloc.get(rid, s - self.pd_lead), s)) for rid, s in joins.items()}
+        joins, taken = {rid: s for s, step in enumerate(case.steps) for rid in step.join}, case.taken()
+        alloc_at = {rid: max(0, min(self.pd_prealloc.get(rid, taken[rid] if taken[rid] < s else s - self.pd_lead), s))
+                    for rid, s in joins.items()}
         seen = []
         real = dspark_planner.compute_verify_token_budget
 

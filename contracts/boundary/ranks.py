@@ -122,3 +122,79 @@ class RanksLevel(Protocol):
 
 class TpRanksLevel(Protocol):
     def run_tp_scenario(self, scenario: TpScenario) -> TpRun: ...  # world_size rank processes, one TP group
+
+
+# ---- every verify mode and step kind on real DP ranks, idle ranks included (capability ranks.steps) ----
+
+VERIFY_MODES = ("static", "cap-accept", "compact")
+# What a DP group runs at a step: a local prefill, a decode step (draft, then verify), the first decode of requests
+# that joined through a PD handoff, or nothing on any rank. A rank without requests is idle at any of them.
+STEP_KINDS = ("prefill", "decode", "handoff", "idle")
+VERIFY_KINDS = ("decode", "handoff")  # the kinds whose step runs a target verify
+
+
+@dataclass(frozen=True)
+class RankStepsCase:
+    """A DP group's steps, run once in each of `verify_modes` (a fresh engine per mode, one launch for all)."""
+
+    world_size: int
+    verify_modes: Tuple[str, ...]
+    gamma: int
+    kinds: Tuple[str, ...]  # [step]
+    batch_sizes: Tuple[Tuple[int, ...], ...]  # [step][rank] requests; 0 = idle rank
+    prompt_lens: Tuple[Tuple[Tuple[int, ...], ...], ...]  # [step][rank][request] at a prefill step; () elsewhere
+    capture_bs: Tuple[int, ...]  # captured batch sizes; the verify's graph token sizes are these x (gamma + 1); () none
+    budget_frac: Optional[float]  # the ragged modes' forced verify budget fraction; None: the engine's own budget
+    sample_from_anchor: bool = True
+    seed: int = 0
+
+    @property
+    def draft_width(self) -> int:
+        return self.gamma if self.sample_from_anchor else self.gamma + 1
+
+    @property
+    def schedule(self) -> Tuple[Tuple[str, int], ...]:
+        """(verify mode, step) of each step the ranks run, in order: every step in the first mode, then the next."""
+        return tuple((m, s) for m in self.verify_modes for s in range(len(self.kinds)))
+
+
+@dataclass(frozen=True)
+class RankStepView:
+    """What one rank held after one step (plain data). Rows are (token, src_rank, req, pos)."""
+
+    rank: int
+    step: int  # the index into the case's steps (the run's own step is its index in `schedule`)
+    verify_mode: str
+    kind: str
+    bs: int
+    forward_mode: str  # the step's first forward: EXTEND at a prefill, the draft's forward otherwise, IDLE when idle
+    request_counts: Tuple[int, ...]  # the gathered per-rank request counts
+    forward_token_counts: Tuple[int, ...]  # the forward batch's per-rank token counts (the gather buffer sizes)
+    forward_rows: Tuple[Tuple[int, ...], ...]  # the rows this rank contributed to the forward's gather
+    forward_gathered: Tuple[Tuple[int, ...], ...]  # the real rows it holds after that gather
+    verify_lens: Tuple[int, ...]  # per request; () when the step runs no verify
+    verify_tokens: int  # the real rows of this rank's verify forward
+    rank_verify_tokens: Tuple[int, ...]  # every rank's real verify rows, as this rank holds them
+    padded_verify_tokens: int  # the verify rows this rank runs once the ranks agree
+    rank_padded_verify_tokens: Tuple[int, ...]
+    verify_graph: bool  # the verify replays a captured graph
+    verify_rows: Tuple[Tuple[int, ...], ...]  # (candidate token, src_rank, req, pos in the request's window)
+    verify_gathered: Tuple[Tuple[int, ...], ...]
+    correct_len: Tuple[int, ...]  # accepted drafts per request
+    commit_len: Tuple[int, ...]
+    collectives: int
+
+
+@dataclass(frozen=True)
+class RankStepsRun:
+    case: RankStepsCase
+    ranks: Tuple[Tuple[RankStepView, ...], ...]  # [rank][index in case.schedule]; empty when the run failed
+    failure: Optional[RankRunFailure]
+    timeout_s: float
+
+
+class RankStepsLevel(Protocol):
+    rank_verify_modes: Tuple[str, ...]  # the verify modes and step kinds its ranks run (a subset of the above)
+    rank_step_kinds: Tuple[str, ...]
+
+    def run_rank_steps(self, case: RankStepsCase) -> RankStepsRun: ...  # world_size rank processes

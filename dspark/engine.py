@@ -23,7 +23,7 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
-from dspark import _validate, disaggregation, penalties, planner, sampling, verify
+from dspark import _validate, disaggregation, observe, penalties, planner, sampling, verify
 from dspark.draft_input import DraftInput
 from dspark.dspark_draft import DraftBlockProposer
 from dspark.engine_types import PrefillHandoff, Request, RequestState, SamplingParams, StepLaws, StepRecord
@@ -57,6 +57,7 @@ class DSparkConfig:
     capture_bs: Optional[tuple] = None  # compact mode pads the packed rows to a captured token bucket
     seed: int = 0
     verify_backend: str = "torch"
+    decision_dump: bool = False  # passive: keep each step's plan in `decisions` (dspark.observe)
 
 
 def _check_config(cfg: DSparkConfig, vocab: int) -> DSparkConfig:
@@ -87,6 +88,7 @@ def _check_config(cfg: DSparkConfig, vocab: int) -> DSparkConfig:
     _validate.integer("seed", cfg.seed)
     _validate.flag("enable_overlap", cfg.enable_overlap)
     _validate.flag("sample_from_anchor", cfg.sample_from_anchor)
+    _validate.flag("decision_dump", cfg.decision_dump)
     if cfg.capture_bs is not None:
         for bs in _validate.listed("capture_bs", cfg.capture_bs):
             _validate.positive_int("capture_bs[]", bs)
@@ -134,6 +136,7 @@ class DSparkEngine:
         self.rows: List[RequestState] = []  # live requests in batch order
         self.done: Dict[int, RequestState] = {}
         self.records: List[StepRecord] = []
+        self.decisions: List[dict] = []  # config.decision_dump
         self._last_sampled = None  # what the last step's sampled rows read (StepLaws are built from it when asked)
         self.budget_confidence = BudgetConfidence(cfg.pool_size)
 
@@ -527,6 +530,9 @@ class DSparkEngine:
                                          self.draft_pool.batch(self.batch.req_pool_indices), anchors, temps, gumbel)
         lens, budget, planned, budget_conf = self.plan_verify_lens(proposal)
         cand = torch.cat([anchors[:, None], proposal.draft_tokens], dim=1)
+        if self.config.decision_dump:
+            self.decisions.append(observe.decision(len(self.records), [st.rid for st in rows], cand,
+                                                   proposal.confidence, lens))
         logits, hidden, target_tokens, graph_tokens = self._verify_forward(cand, lens)
         logits = penalties.process_block(logits, cand, rows)  # each column reads the output before it
         acc, p, q = self._accept(cand, logits, proposal, lens, temps, coins, resample)

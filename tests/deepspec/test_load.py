@@ -51,3 +51,24 @@ def test_a_bad_confidence_threshold_names_the_field(bad):
 
     with pytest.raises(ValueError, match=r"^confidence_threshold: in \[0, 1\]"):
         DeepSpecAdapter(confidence_threshold=bad)
+
+
+def test_the_threshold_option_is_the_evaluators():
+    """EngineSpec.options sets one engine's threshold (check's truncated run); without it, the adapter's own."""
+    from contracts.adapters.deepspec.options import ENGINE_OPTIONS, threshold_of
+
+    (opt,) = ENGINE_OPTIONS
+    assert (opt.name, opt.kind, opt.same_seed, opt.not_exercised) == ("confidence_threshold", "output-preserving",
+                                                                      False, "")
+    assert threshold_of(((opt.name, opt.value),), 0.0) == float(opt.value) > 0
+    assert threshold_of(((opt.name, opt.off),), 0.5) == 0.0 and threshold_of((), 0.25) == 0.25
+
+
+@pytest.mark.parametrize("options, why", [((("confidence_threshold", "1.5"),), r"in \[0, 1\]"),
+                                          ((("confidence_threshold", "high"),), "a number in"),
+                                          ((("temperature", "0"),), "unknown engine option 'temperature'")])
+def test_a_bad_threshold_option_names_the_field(options, why):
+    from contracts.adapters.deepspec.options import threshold_of
+
+    with pytest.raises(ValueError, match=r"^options: .*" + why):
+        threshold_of(options, 0.0)

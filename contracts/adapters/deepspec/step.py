@@ -26,8 +26,10 @@ random = no Markov head (the backbone's parallel logits), oracle = no Markov hea
 that reads the target: LOOP-007 and DRAFT-003 are not declared). The confidence head is built with every Markov
 head and runs at the adapter's `confidence_threshold`, 0 by default (the evaluator's default: it never truncates;
 with a threshold on, a static step verifies the confidence-truncated proposal and the adapter declares
-step.self-truncating, so LOOP-003 holds it to 1 <= L <= gamma+1, not to "verify all"; that configuration runs in
-tests/deepspec, not in `check`); verify_mode must be static.
+step.self-truncating, so LOOP-003 holds it to 1 <= L <= gamma+1, not to "verify all"; tests/deepspec run that
+adapter). `EngineSpec.options` may set one engine's threshold (`confidence_threshold`, options.py): in `check`,
+DIST-002 runs its vanilla configuration at 0.5 too and OPT-001 compares greedy outputs at 0.5 and 0; neither holds a
+static step to "verify all", the machine's check that step.self-truncating relaxes. verify_mode must be static.
 enable_overlap, sample_from_anchor (DeepSpec always samples the first draft from the anchor row), capture_bs,
 pool_size, max_context_len have no DeepSpec counterpart and change nothing. A request's temperature is DeepSpec's
 only sampling knob: top_k 1 is greedy (temperature 0); another top-k or top-p is not applied (DeepSpec has none;
@@ -35,6 +37,14 @@ the machine families never check a sampled row's law, and DIST-001's top-k/top-p
 step.ragged, which this pack does not declare). Not declared: step.pd-handoff (no PD), step.ragged (no budget
 planner), step.overlap-toggle (no overlap scheduler), step.laws (drafts are multinomial draws, not Gumbel-max with
 observable noise).
+
+Whole-request parameters (params.py): a request's EOS id and stop token ids become DeepSpec's one stop list,
+`generate_decoding_sample(stop_token_ids=...)`, where the evaluator puts every EOS id of the model (None where empty,
+DeepSpec's own "no stop" path). DeepSpec has no ignore_eos: a request that sets it gets the list without its EOS id,
+as a caller of generate_decoding_sample would (the adapter's mapping: it can hide nothing of DeepSpec's, which never
+sees the flag). The families DeepSpec has no counterpart for (penalties, min_new_tokens, min_p, logit_bias) are
+refused with a ValueError, never dropped. The pack declares no request.* capability (why: the adapter's docstring);
+tests/deepspec/test_request.py runs REQ-001 with request.stop-tokens on this mapping.
 
 Substitutes: the weights-free models (models.py); `target_next_logits` reads a float64 copy of the same target, so
 the laws DIST-001 compares against are the target's own in float64 while DeepSpec decodes in float32.
@@ -50,6 +60,7 @@ from typing import Optional
 import torch
 
 from contracts.adapters.deepspec.models import HIDDEN, ModelSpec, build_models
+from contracts.adapters.deepspec.options import threshold_of
 from contracts.boundary.engine import DraftContextUpdate, DraftDraws, EngineSpec, RequestSpec, RequestView, StepView
 
 _DRAFTERS = {"vanilla": "vanilla", "gated": "gated", "rnn": "rnn", "random": "none", "oracle": "none"}
@@ -90,6 +101,7 @@ class _Handle:
     target: object
     drafter: object
     target64: object
+    threshold: float = 0.0  # the evaluator's confidence_threshold for this engine's proposals
     requests: dict = field(default_factory=dict)
     logits_memo: dict = field(default_factory=dict)
     last_step: list = field(default_factory=list)  # (request, iteration) replayed by the last step
@@ -124,13 +136,27 @@ class _RecordingDrafter:
         return getattr(self._model, name)
 
 
+_NOT_ACCEPTED = ("frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "min_p", "logit_bias")
+_PLAIN = RequestSpec(0, (0,))  # every whole-request parameter off
+
+
+def _stop_token_ids(r: RequestSpec) -> Optional[list]:
+    """DeepSpec's one stop list (`generate_decoding_sample(stop_token_ids=...)`): the EOS id, then the stop token ids.
+    DeepSpec has no ignore_eos; such a request's list leaves the EOS out, as a caller of generate_decoding_sample
+    would. None where the list is empty: DeepSpec's own "no stop token" path."""
+    ids = [] if r.eos_id is None or r.ignore_eos else [int(r.eos_id)]
+    ids += [int(t) for t in r.stop_token_ids if int(t) not in ids]
+    return ids or None
+
+
 def _request_seed(engine_seed: int, rid: int) -> int:
     return (int(engine_seed) * 1_000_003 + int(rid) * 7919 + 17) & 0x7FFFFFFF
 
 
 class DeepSpecStep:
     # The evaluator's --confidence_threshold: 0 (its default) never truncates a proposal; the adapter's constructor
-    # sets another (tests/deepspec run DIST-001 and the loop contracts with it on).
+    # sets another (tests/deepspec run DIST-001 and the loop contracts with it on); EngineSpec.options sets one engine's
+    # (the `confidence_threshold` option, options.py: DIST-002 and OPT-001 in `check`).
     confidence_threshold = 0.0
 
     def _models(self, spec: EngineSpec):
@@ -158,8 +184,9 @@ class DeepSpecStep:
             raise ValueError(f"vocab_size: at least 2, got {spec.vocab_size!r}")
         if not isinstance(spec.gamma, int) or spec.gamma < 1:
             raise ValueError(f"gamma: the drafter's block, at least 1, got {spec.gamma!r}")
+        threshold = threshold_of(spec.options, self.confidence_threshold)
         target, drafter, target64, memo = self._models(spec)
-        return _Handle(spec, target, drafter, target64, logits_memo=memo)
+        return _Handle(spec, target, drafter, target64, threshold, logits_memo=memo)
 
     def _check_request(self, handle: _Handle, r: RequestSpec) -> None:
         if not isinstance(r, RequestSpec):
@@ -175,6 +202,13 @@ class DeepSpecStep:
             raise ValueError(f"temperature: >= 0, got {r.temperature!r}")
         if r.eos_id is not None and not 0 <= r.eos_id < v:
             raise ValueError(f"eos_id: a token id in [0, {v}) or None, got {r.eos_id!r}")
+        if any(not isinstance(t, int) or not 0 <= t < v for t in r.stop_token_ids):
+            raise ValueError(f"stop_token_ids: token ids in [0, {v}), got {r.stop_token_ids!r}")
+        # DeepSpec has none of these (params.py): refused, never silently dropped.
+        for name in _NOT_ACCEPTED:
+            if getattr(r, name) != getattr(_PLAIN, name):
+                raise ValueError(f"{name}: DeepSpec's generation path takes no {name} (see "
+                                 f"contracts/adapters/deepspec/params.py), got {getattr(r, name)!r}")
 
     def _generate(self, handle: _Handle, r: RequestSpec) -> _Request:
         from deepspec.eval.base_evaluator import generate_decoding_sample
@@ -186,7 +220,7 @@ class DeepSpecStep:
         ev = object.__new__(Qwen3DSparkEvaluator)
         blocks: list = []
         ev.target_model, ev.draft_model = handle.target, _RecordingDrafter(handle.drafter, blocks.append)
-        ev.args = SimpleNamespace(temperature=temperature, confidence_threshold=float(self.confidence_threshold),
+        ev.args = SimpleNamespace(temperature=temperature, confidence_threshold=handle.threshold,
                                   max_new_tokens=r.max_new_tokens)
         ev.confidence_head_recorder = None
         iterations: list = []
@@ -223,7 +257,7 @@ class DeepSpecStep:
             out = generate_decoding_sample(
                 target_model=_RecordingTarget(handle.target, on_target), input_ids=prompt,
                 max_new_tokens=r.max_new_tokens, max_proposal_tokens=ev.max_proposal_tokens, temperature=temperature,
-                stop_token_ids=None if r.eos_id is None else [int(r.eos_id)], init_context=ev._init_context,
+                stop_token_ids=_stop_token_ids(r), init_context=ev._init_context,
                 propose=propose, update=update, post_verify=post_verify)
         output = out.output_ids[0, out.num_input_tokens:].tolist()
         return _Request(r, output, iterations, list(out.acceptance_lengths), list(out.accepted_draft_lengths))
@@ -315,7 +349,7 @@ class DeepSpecStep:
                                          it.draft_ctx_len))
             else:
                 reason = "abort" if req.aborted else (
-                    "stop" if req.spec.eos_id is not None and out and out[-1] == req.spec.eos_id else "length")
+                    "stop" if out and out[-1] in (_stop_token_ids(req.spec) or ()) else "length")
                 views.append(RequestView(rid, req.spec.prompt, out, False, reason))
         return views
 

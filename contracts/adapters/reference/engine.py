@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Optional
@@ -10,6 +11,7 @@ from contracts.boundary.engine import (
     CompactView,
     DraftContextUpdate,
     DraftDraws,
+    EngineOption,
     EngineSpec,
     PlanCase,
     ParamState,
@@ -30,6 +32,30 @@ def _table(sps: Optional[SpsSpec]):
     if sps.kind == "additive":
         return planner.SpsAdditiveCostTable(sps.bias_seconds, sps.alpha_points, sps.theta_points)
     return planner.SpsCostTable(sps.probes, sps.values)
+
+
+# The reference engine's options that change no output (DSparkConfig's names); a mutant of the observer is a bug.
+ENGINE_OPTIONS = (
+    EngineOption("decision_dump", "passive"),
+    # Overlap moves which confidence a ragged budget reads, so the schedule and the draws move: the greedy tokens
+    # must match, and the law, which the LOOP and DIST contracts check with it on and off.
+    EngineOption("enable_overlap", "output-preserving", same_seed=False),
+    EngineOption("verify_backend", "output-preserving", value="triton", off="torch", same_seed=False,
+                 not_exercised="the Triton kernels need their interpreter set before import; `check --backend triton` "
+                               "runs the verify contracts on them (CI's triton check)"),
+)
+_FLAGS = {"decision_dump", "enable_overlap"}
+
+
+def _options(options) -> dict:
+    """EngineSpec.options as DSparkConfig fields; a name the pack does not declare is the caller's error."""
+    known = {o.name for o in ENGINE_OPTIONS if not o.not_exercised}
+    out = {}
+    for name, value in options:
+        if name not in known:
+            raise ValueError(f"options: unknown engine option {name!r} (known: {', '.join(sorted(known))})")
+        out[name] = value == "1" if name in _FLAGS else value
+    return out
 
 
 @lru_cache(maxsize=64)
@@ -88,6 +114,7 @@ class ReferencePlanner:
 class ReferenceEngine:
     def new_engine(self, spec: EngineSpec):
         target, drafter = _models(spec.vocab_size, spec.model_seed, spec.drafter)
+        options = _options(spec.options)
 
         def build():
             cfg = dspark_engine.DSparkConfig(
@@ -95,7 +122,7 @@ class ReferenceEngine:
                 force_budget_frac=spec.force_budget_frac, sps_table=_table(spec.sps), enable_overlap=spec.enable_overlap,
                 sample_from_anchor=spec.sample_from_anchor, seed=spec.seed, capture_bs=spec.capture_bs,
                 pool_size=spec.pool_size, max_context_len=spec.max_context_len)
-            return dspark_engine.DSparkEngine(target, drafter, cfg)
+            return dspark_engine.DSparkEngine(target, drafter, dataclasses.replace(cfg, **options))
 
         return _Handle(build(), build())
 

@@ -40,12 +40,12 @@ PD_HOST, PD_PORT = "10.255.0.1", 8998  # the prefill side's bootstrap address: n
 class _DecodeSlot(_Slot):
     """A Scheduler in PD decode mode on the fake transfer backend."""
 
-    def __init__(self, gamma: int, overlap: bool, sample_from_anchor: bool):
+    def __init__(self, gamma: int, overlap: bool, sample_from_anchor: bool, options=None):
         # A host-memory retraction backup builds a pinned host pool (CUDA only); SGLang's CPU tensor backup does not.
         # The decode reservation per admitted request is 16 tokens, not 512: the contracts' requests decode at most a
         # few dozen, and DIST-001 hands over 1,000 at once into the step level's 32,768 KV slots (at 512 the server
         # would admit 63 and hold the rest in its prealloc queue).
-        super().__init__(gamma, overlap, sample_from_anchor, disaggregation_mode="decode",
+        super().__init__(gamma, overlap, sample_from_anchor, options=options, disaggregation_mode="decode",
                          disaggregation_transfer_backend="fake", disaggregation_decode_retraction_backup="cpu_tensor",
                          num_reserved_decode_tokens=16)
         from sglang.srt.disaggregation.decode import _bootstrap_addr
@@ -149,8 +149,11 @@ class SGLangPdStep(SGLangStep):
     """The step level with every request joining through the PD decode path (capability step.pd-decode)."""
 
     def _slot_for(self, spec):
+        from contracts.adapters.sglang.options import option_slot
+
         g, overlap, sfa = spec.gamma, spec.enable_overlap, spec.sample_from_anchor
-        return cached_slot(("pd-decode", g, overlap, sfa), lambda: _DecodeSlot(g, overlap, sfa))
+        return (option_slot(spec, lambda env: _DecodeSlot(g, overlap, sfa, options=env))
+                or cached_slot(("pd-decode", g, overlap, sfa), lambda: _DecodeSlot(g, overlap, sfa)))
 
     def add_requests(self, handle, requests, via):
         self._own(handle)

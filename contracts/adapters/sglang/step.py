@@ -58,7 +58,8 @@ SGLang's scheduler watchdog (it SIGQUITs the parent process when no batch progre
 to a day: the cached Scheduler sits idle between contracts; hides: a hang SGLang's own watchdog would have caught
 (a contract's step loop still bounds every run).
 
-Caching: one Scheduler per (gamma, overlap, sample_from_anchor), built on first use and reused. A new engine on a cached Scheduler
+Caching: one Scheduler per (gamma, overlap, sample_from_anchor), built on first use and reused; an engine with
+non-default SGLANG_DSPARK_* options (`options`) gets a Scheduler of its own instead, never reused. A new engine on a cached Scheduler
 first aborts every request of the previous one, runs the scheduler until they are released, and checks that the
 request rows and KV slots are all free again (a leak is an error, not a reset).
 """
@@ -223,10 +224,11 @@ def _draft_dir(gamma: int, sample_from_anchor: bool) -> str:
 
 
 class _Slot:
-    """A Scheduler of one (gamma, overlap, sample_from_anchor), its runtime context and the sockets its outputs
-    drain into."""
+    """A Scheduler of one (gamma, overlap, sample_from_anchor, verify mode, SPS table), its runtime context and the
+    sockets its outputs drain into."""
 
-    def __init__(self, gamma: int, overlap: bool, sample_from_anchor: bool, **server_args):
+    def __init__(self, gamma: int, overlap: bool, sample_from_anchor: bool, *, options=None, mode: str = "static",
+                 sps_path: Optional[str] = None, **server_args):
         from contracts.adapters.sglang.env import prepare_sglang_import
 
         t = time.perf_counter()
@@ -241,18 +243,24 @@ class _Slot:
         TIMINGS["import"] += time.perf_counter() - t
         t = time.perf_counter()
         self.gamma, self.overlap = gamma, overlap
+        # An engine's SGLANG_DSPARK_* settings (contracts.adapters.sglang.options), applied while SGLang builds the
+        # worker (its observers read them there) and around every call (some are read at each step).
+        self.options = options
+        # SGLang's verify mode is its SGLANG_RAGGED_VERIFY_MODE setting, read when the worker builds its planner (and
+        # the draft model its confidence head) and at some steps: applied like the options, at build and every call.
+        self.mode = mode
         self.server_args = ServerArgs(
             model_path=_target_dir(), speculative_algorithm="DSPARK", speculative_draft_model_path=_draft_dir(gamma, sample_from_anchor),
             device="cpu", load_format="dummy", skip_tokenizer_init=True, disable_cuda_graph=True,
             attention_backend="torch_native", page_size=1, speculative_num_draft_tokens=gamma + 1,
             max_total_tokens=KV_SLOTS, max_running_requests=MAX_RUNNING, context_length=CONTEXT_LEN, dtype="float32",
-            disable_radix_cache=True, disable_overlap_schedule=not overlap,
+            disable_radix_cache=True, disable_overlap_schedule=not overlap, speculative_dspark_sps_table_path=sps_path,
             # The scheduler's watchdog SIGQUITs this process's PARENT when no batch progresses for watchdog_timeout
             # (300 s): a Scheduler left idle between contracts, or one slowed by coverage, killed `check`'s caller.
             # A day is never reached by a contract; an engine hang still shows as the contract's own timeout.
             watchdog_timeout=86400.0, soft_watchdog_timeout=None, **server_args)
         self.context = create_scheduler_context(self.server_args)
-        with scheduler_env(self.context), scheduler_construction():
+        with self._options_applied(), scheduler_env(self.context), scheduler_construction():
             self.port_args = PortArgs.init_new(self.server_args)
             self.scheduler = Scheduler(self.server_args, self.port_args)
         # Built without one (skip_tokenizer_init): the stand-in is what each new Req is handed (min_new_tokens).
@@ -263,6 +271,23 @@ class _Slot:
         TIMINGS["build"] += time.perf_counter() - t
         TIMINGS["builds"] += 1
         self.owner = None  # the handle currently using this Scheduler
+
+    @contextlib.contextmanager
+    def _options_applied(self):
+        from contracts.adapters.sglang.options import settings_applied
+
+        with settings_applied({"SGLANG_RAGGED_VERIFY_MODE": self.mode}):
+            if self.options is None:
+                yield
+            else:
+                with self.options.applied():
+                    yield
+
+    def close(self):
+        """Close the sockets the outputs drain into (a Scheduler with options is built for one engine)."""
+        for sock in self._pulls:
+            sock.close(linger=0)
+        self._pulls = []
 
     def _sinks(self):
         """PULL sockets on the scheduler's output addresses: its real send path runs, the messages are dropped."""
@@ -300,7 +325,8 @@ class _Slot:
         from contracts.adapters.sglang.worker_env import scheduler_env
 
         s = self.scheduler
-        with scheduler_env(self.context), torch.inference_mode(), s.device_module.StreamContext(s.schedule_stream):
+        with self._options_applied(), scheduler_env(self.context), torch.inference_mode(), \
+                s.device_module.StreamContext(s.schedule_stream):
             yield
         self.drain()
 
@@ -371,6 +397,17 @@ class _Slot:
                 raise RuntimeError("SGLang scheduler reset: still busy 8 iterations after aborting every request")
             self.free_check()
         TIMINGS["reset"] += time.perf_counter() - t
+
+    def force_budget_frac(self, frac: Optional[float]):
+        """The forced verify-budget fraction (None: the planner's own budget) through the scheduler's entry point
+        for it, `set_internal_state(dspark_force_budget_frac)` (what the SPS profiler's --fracs sweep sends); SGLang's
+        validation refuses a fraction outside (0, 1]."""
+        from sglang.srt.managers.io_struct import SetInternalStateReq
+
+        with self.env():
+            out = self.scheduler.set_internal_state(SetInternalStateReq(server_args={"dspark_force_budget_frac": frac}))
+        if not out.updated:
+            raise ValueError(f"force_budget_frac: SGLang refused {frac!r} (dspark_force_budget_frac must be in (0, 1])")
 
     def reseed(self, seed: int):
         """SGLang's randomness as a Scheduler built with `--random-seed seed` starts it: the draft noise (a Philox
@@ -448,8 +485,22 @@ def cached_slot(key, build) -> _Slot:
     return _SLOTS[key]
 
 
-def _slot(gamma: int, overlap: bool, sample_from_anchor: bool) -> _Slot:
-    return cached_slot((gamma, overlap, sample_from_anchor), lambda: _Slot(gamma, overlap, sample_from_anchor))
+def _slot(gamma: int, overlap: bool, sample_from_anchor: bool, mode: str = "static", sps=None) -> _Slot:
+    key = (gamma, overlap, sample_from_anchor) + ((mode, sps) if mode != "static" else ())
+    return cached_slot(key, lambda: _Slot(gamma, overlap, sample_from_anchor, mode=mode, sps_path=sps_table_path(sps)))
+
+
+@lru_cache(maxsize=None)
+def sps_table_path(sps) -> Optional[str]:
+    """An SPS table as the file SGLang loads (`--speculative-dspark-sps-table-path`, the planner level's JSON)."""
+    if sps is None:
+        return None
+    from contracts.adapters.sglang.planner import _table_json
+
+    path = os.path.join(_checkpoint_dir(), f"sps-{zlib.crc32(repr(sps).encode()):08x}.json")
+    with open(path, "w") as f:
+        f.write(_table_json(sps))
+    return path
 
 
 # ---- the step level ---------------------------------------------------------------------------------------------------
@@ -497,7 +548,8 @@ def _recording_accept():
     seen: dict = {"draft": [], "chain": []}
 
     def copy(t):  # in SGLang's own dtype: the contracts hold a float32 law to float32 rounding
-        return t.detach().clone()
+        # None: SGLANG_DSPARK_USE_GREEDY_DRAFT keeps no step logits (a one-hot draft law).
+        return None if t is None else t.detach().clone()
 
     def draft_probs(draft_block, vocab, device):
         probs = real_probs(draft_block, vocab, device)
@@ -514,11 +566,39 @@ def _recording_accept():
         yield seen
 
 
+@contextlib.contextmanager
+def _recording_plan():
+    """Records each verify step's plan and accept as SGLang hands them to its step observers
+    (`DsparkStepObservers.observe_verify_step`, called by the worker after every accept; the observers run as
+    before): the ragged layout (None: every row verifies gamma + 1), the budget it was planned from, and per batch row
+    correct_len and cap_trim."""
+    from sglang.srt.speculative.dspark_components.dspark_observability import DsparkStepObservers
+
+    seen: list = []
+
+    def observe(self, **kw):
+        layout = kw["layout"]
+        seen.append(dict(verify_lens=None if layout is None else layout.verify_lens[: kw["bs"]].tolist(),
+                         budget=kw["verify_token_budget"], correct=kw["correct_len"].tolist(),
+                         cap_trim=kw["cap_trim_lens"].tolist()))
+        return real(self, **kw)
+
+    with patched(DsparkStepObservers, "observe_verify_step", observe) as real:
+        yield seen
+
+
 class SGLangStep:
     def _check_spec(self, spec: EngineSpec):
-        if spec.verify_mode != "static":
-            raise NotImplementedError(f"verify_mode {spec.verify_mode!r}: the SGLang step level runs static verify "
-                                      "only (no step.ragged: the torch_native backend has no ragged verify layout)")
+        from contracts.protocol import STEP_RAGGED
+
+        if spec.verify_mode != "static" and STEP_RAGGED not in self.capabilities:
+            raise NotImplementedError(f"verify_mode {spec.verify_mode!r}: engine {self.name} runs static verify only "
+                                      "(no step.ragged)")
+        if spec.verify_mode not in ("static", "cap-accept", "compact"):
+            raise ValueError(f"verify_mode: expected static, cap-accept or compact, got {spec.verify_mode!r}")
+        if spec.min_verify_len not in (0, 1):
+            raise NotImplementedError(f"min_verify_len {spec.min_verify_len}: SGLang's planner fixes it at 1 "
+                                      "(DSparkScheduleConfig); 0 means the same floor to every check here")
         if not 1 <= spec.gamma <= 8:
             raise ValueError(f"gamma: expected 1..8, got {spec.gamma}")
         if spec.pool_size > MAX_RUNNING:
@@ -534,13 +614,28 @@ class SGLangStep:
         slot.reset()
         slot.load(m)
         slot.reseed(spec.seed)
+        if slot.mode != "static":
+            slot.force_budget_frac(spec.force_budget_frac)
         _GENERATION[0] += 1
         handle = _Handle(spec, slot, m, f"e{_GENERATION[0]:05d}-", generation=_GENERATION[0])
         slot.owner = handle
         return handle
 
     def _slot_for(self, spec):
-        return _slot(spec.gamma, spec.enable_overlap, spec.sample_from_anchor)
+        from contracts.adapters.sglang.options import option_slot
+
+        from contracts.adapters.sglang.options import VERIFY_MODE
+
+        g, overlap, sfa, mode = spec.gamma, spec.enable_overlap, spec.sample_from_anchor, spec.verify_mode
+
+        def table(m):  # read by the ragged planner only (SGLang warns it is a no-op in static mode)
+            return None if m == "static" else spec.sps
+
+        def build(env):  # an option may set the verify mode (options.VERIFY_MODE)
+            m = env.values.get(VERIFY_MODE, mode)
+            return _Slot(g, overlap, sfa, options=env, mode=m, sps_path=sps_table_path(table(m)))
+
+        return option_slot(spec, build) or _slot(g, overlap, sfa, mode, table(mode))
 
     def _own(self, handle):
         if handle.slot.owner is not handle:
@@ -618,7 +713,7 @@ class SGLangStep:
         before = {rid: self._output(handle, rid) for rid in handle.reqs if self._live(handle, rid)}
         seq_before = {rid: self._seq_len(handle, rid) for rid in before}
         with slot.env():
-            with _recording_accept() as seen:
+            with _recording_accept() as seen, _recording_plan() as plans:
                 batch = slot.iterate()
             if batch is None or not batch.forward_mode.is_decode():
                 raise RuntimeError(f"SGLang ran {None if batch is None else batch.forward_mode} where a decode step "
@@ -628,20 +723,26 @@ class SGLangStep:
             raise RuntimeError(f"SGLang decoded requests {late}, whose handed-over first token had already ended them")
         rows = [by_rid[q.rid] for q in batch.reqs if q.rid in by_rid and by_rid[q.rid] in before]
         handle.draws, handle.laws = self._sampled_rows(handle, batch, by_rid, before, seen)
-        view = StepView(rids=[], seq_lens=[], verify_lens=[], planned=[], budget=None, correct_lens=[], cap_trim=[],
-                        commit_lens=[], new_seq_lens=[], emitted=[], finished=[])
+        if len(plans) != 1:
+            raise RuntimeError(f"SGLang's decode step ran {len(plans)} verify accepts; the adapter reads one")
+        plan = plans[0]
+        planned = plan["verify_lens"] is not None and plan["budget"] is not None
+        view = StepView(rids=[], seq_lens=[], verify_lens=[], planned=[], budget=plan["budget"] if planned else None,
+                        correct_lens=[], cap_trim=[], commit_lens=[], new_seq_lens=[], emitted=[], finished=[])
         T = handle.spec.gamma + 1
+        row_of = {q.rid: i for i, q in enumerate(batch.reqs)}
         for rid in rows:
             q = handle.reqs[rid]
+            i = row_of[q.rid]
             out = self._output(handle, rid)
             emitted = out[len(before[rid]):]
             committed = len(q.output_ids) - len(before[rid])  # what process_batch_result appended (before truncation)
             view.rids.append(rid)
             view.seq_lens.append(seq_before[rid])
-            view.verify_lens.append(T)
-            view.planned.append(False)
-            view.correct_lens.append(committed - 1)
-            view.cap_trim.append(0)
+            view.verify_lens.append(T if plan["verify_lens"] is None else int(plan["verify_lens"][i]))
+            view.planned.append(planned)
+            view.correct_lens.append(int(plan["correct"][i]))
+            view.cap_trim.append(int(plan["cap_trim"][i]))
             view.commit_lens.append(committed)
             view.new_seq_lens.append(seq_before[rid] + committed)
             view.emitted.append(emitted)
@@ -669,6 +770,8 @@ class SGLangStep:
             block = tuple(blocks[i].tolist())
             # Laws over the model's whole vocabulary (padded past vocab_size), as target_next_logits reports logits.
             draws.append(DraftDraws(rid, block, block, q[i]))
+            if logits is None:  # a greedy draft (an engine option): no drafter logits to report the laws with
+                continue
             context = tuple(r.prompt) + tuple(before[rid][:-1])  # committed tokens before the anchor
             laws.append(StepLaws(rid, context, candidates[i].tolist(), r.temperature, r.top_k, r.top_p, p[i], q[i],
                                  logits[i], float(temps[i]), None))

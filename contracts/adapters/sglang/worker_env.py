@@ -28,9 +28,12 @@ Every substitution, with the bug classes it can hide:
    in the CUDA kernels; an out-of-row write (the guard drops it instead of corrupting a neighbour; the KV
    bookkeeping contracts read the allocation lengths SGLang recorded, which stay untouched).
 7. `TorchNativeAttnBackend.forward_extend` for TARGET_VERIFY batches that carry no `extend_prefix_lens`: the
-   torch backend needs them; every request extends by `spec_info.draft_token_num` after its `seq_lens` (the
-   static verify layout). Hides: bugs in how the GPU backends read the verify layout (qo_indptr, custom masks);
-   and it is why only the static verify mode runs here (a ragged layout would need per-request lengths).
+   torch backend needs them. Each request extends after its `seq_lens` by its row of the batch's ragged verify
+   layout (`spec_info.ragged_verify_layout.verify_lens`, read with SGLang's `resolve_ragged_verify_layout`: compact
+   mode's packed rows) or, without one, by `spec_info.draft_token_num` (the static layout, which cap-accept also
+   verifies). The query rows must be exactly those lengths: a padded graph tier (rows past the total) raises.
+   Hides: bugs in how the GPU backends read the verify layout (qo_indptr, kv_indptr, custom masks, the tier's
+   padding rows).
 
 8. `bootstrap.init_parallel_runtime` (only while a Scheduler is constructed): when this process already built its
    parallel runtime (the first Scheduler did), a later Scheduler reuses it instead of raising "ran twice". Every
@@ -122,18 +125,27 @@ def _record_stream(original):
     return record_stream
 
 
+def _verify_lens(fb):
+    """Each request's verify length in this TARGET_VERIFY batch: its ragged layout's row, else the static T."""
+    from sglang.srt.speculative.ragged_verify import resolve_ragged_verify_layout
+
+    layout = resolve_ragged_verify_layout(fb)
+    if layout is not None:
+        return layout.verify_lens.to(fb.seq_lens.dtype)
+    return torch.full_like(fb.seq_lens, int(fb.spec_info.draft_token_num))
+
+
 def _verify_extend(original):
     def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True):
         fb = forward_batch
         if fb.forward_mode.is_target_verify() and fb.extend_prefix_lens is None:
-            n = int(fb.spec_info.draft_token_num)
-            bs = fb.seq_lens.shape[0]
-            if q.shape[0] != bs * n:
-                raise NotImplementedError(f"TARGET_VERIFY with {q.shape[0]} query rows for bs={bs}, T={n}: only the "
-                                          "static verify layout runs on the torch_native backend here")
+            lens = _verify_lens(fb)
+            if lens.shape[0] != fb.seq_lens.shape[0] or q.shape[0] != int(lens.sum()):
+                raise NotImplementedError(f"TARGET_VERIFY with {q.shape[0]} query rows for verify lengths "
+                                          f"{lens.tolist()}: only unpadded layouts run on the torch_native backend here")
             saved = fb.seq_lens, fb.extend_prefix_lens, fb.extend_seq_lens
-            fb.extend_prefix_lens, fb.extend_seq_lens = fb.seq_lens, torch.full_like(fb.seq_lens, n)
-            fb.seq_lens = fb.seq_lens + n
+            fb.extend_prefix_lens, fb.extend_seq_lens = fb.seq_lens, lens
+            fb.seq_lens = fb.seq_lens + lens
             try:
                 return original(self, q, k, v, layer, fb, save_kv_cache)
             finally:

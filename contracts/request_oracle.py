@@ -116,6 +116,19 @@ def plain_greedy(next_logits: NextLogits, req: RequestSpec, semantics: RequestSe
     return out
 
 
+def greedy_verify(prompt, output, drafts, logits, req: RequestSpec, semantics: RequestSemantics = DEFAULT_SEMANTICS) -> list:
+    """What a greedy verify of `drafts` must emit: at column j (raw target logits `logits[j]`, read after the output
+    and drafts[:j]), the processed argmax; the drafts while they match it, then the first mismatch's argmax, or the
+    bonus after the last draft."""
+    emitted: list = []
+    for j, row in enumerate(logits[: len(drafts) + 1]):
+        tok = int(oracle.lowest_argmax(processed_logits(row, prompt, list(output) + list(drafts[:j]), req, semantics)))
+        emitted.append(tok)
+        if j == len(drafts) or tok != drafts[j]:
+            break
+    return emitted
+
+
 def output_law(next_logits: NextLogits, req: RequestSpec, semantics: RequestSemantics = DEFAULT_SEMANTICS) -> dict:
     """The exact law of a sampled request's whole output (a tuple of tokens, ended by its stop rule), by enumeration."""
     law, done = {(): 1.0}, {}

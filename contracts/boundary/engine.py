@@ -126,6 +126,36 @@ class EngineSpec:
     capture_bs: Optional[Tuple[int, ...]] = None
     pool_size: int = 16
     max_context_len: int = 128
+    # Engine options by the engine's own names, (name, value) pairs, from the pack's `engine_options`; the pack's
+    # new_engine applies them (and refuses a name it does not declare, naming this field).
+    options: Tuple[Tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class EngineOption:
+    """An option the engine documents as changing no output: `passive` (observability: metrics, dumps, recorders,
+    tracing) or `output-preserving` (a mode: overlap scheduling, a kernel backend). `value` turns it on. With
+    `same_seed`, a sampled request gives the same tokens on and off for the same seed (a passive option that draws
+    no randomness and moves no schedule); without, only the greedy tokens must match. An option the pack cannot turn
+    on here says why in `not_exercised`, and the report lists it."""
+
+    name: str
+    kind: str  # "passive" | "output-preserving"
+    value: str = "1"
+    off: str = "0"  # the value of the run it is compared with (an option a spec field also sets is set both ways)
+    same_seed: bool = True
+    not_exercised: str = ""  # the reason, where the contracts cannot turn it on
+
+
+OPTION_KINDS = ("passive", "output-preserving")
+
+
+@dataclass(frozen=True)
+class OptionCase:
+    """One declared option, on and off, over the same requests and engine configuration."""
+
+    option: str
+    case: "LoopCase"
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,8 @@ from typing import Optional, Protocol, Tuple
 
 import torch
 
+from contracts.boundary.engine import RequestSpec
+
 
 @dataclass(frozen=True)
 class VerifyCase:
@@ -239,3 +241,29 @@ class MixedBatchLevel(Protocol):
     # step's prefix_lens place it), in one request state: whatever the engine carries between steps, it carries.
     # The first step is mixed_block(steps[0], seed). One AcceptResult per step.
     def consecutive_blocks(self, steps, seed: int) -> list: ...
+
+
+@dataclass(frozen=True)
+class RequestVerifyRow:
+    """One greedy request in a verify batch, by its values. `output` is what it has emitted (the last token is the
+    anchor this block was drafted from); `logits[j]` are the target's raw logits after prompt + output + drafts[:j],
+    small integers, so the oracle's ties and the engine's are the same ties. Rows are ragged: each verifies its own
+    number of drafts (0 .. gamma)."""
+
+    request: RequestSpec  # greedy
+    output: Tuple[int, ...]
+    drafts: Tuple[int, ...]
+    logits: Tuple[Tuple[int, ...], ...]  # [len(drafts) + 1][V]
+
+
+@dataclass(frozen=True)
+class RequestVerifyCase:
+    vocab: int
+    gamma: int  # the block's width: every row was drafted gamma tokens and verifies its first len(drafts)
+    rows: Tuple[RequestVerifyRow, ...]
+
+
+class RequestVerifyLevel(Protocol):
+    # Each row's emitted tokens: the drafts accepted, then one token (the correction, or the bonus when every draft
+    # is accepted), before any stop rule (the engine's scheduler applies stops after the verify).
+    def verify_requests(self, case: RequestVerifyCase) -> list: ...

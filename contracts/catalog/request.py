@@ -2,7 +2,9 @@
 parameters (the semantics and the oracle: `contracts.request_oracle`).
 
 REQ-001 is greedy and token-exact; REQ-002 checks the law each sampled column's accept reads, exactly; REQ-003 is
-the sampled output's law through the one statistical gate; REQ-004 the per-request parameter state after each step.
+the sampled output's law through the one statistical gate; REQ-004 the per-request parameter state after each step;
+REQ-005 one greedy verify batch of whole requests through the engine's verify entry point (engines without a step
+level: vLLM V1).
 A pack exercises the parameter families it declares (`request.*`); `accepted_parameters` names what its engine
 takes, and the report lists what it takes but the pack does not exercise.
 """
@@ -17,39 +19,16 @@ import torch
 from contracts import budget, request_oracle, stats
 from contracts.boundary.engine import EngineSpec, LoopCase, RequestSpec
 from contracts.checks import expect, expect_equal
-from contracts.machine import drain, join_via, single_thread
-from contracts.protocol import REQUEST, REQUEST_PARAMETERS, REQUEST_STATE, STEP, STEP_LAWS, STEP_RAGGED
+from contracts.machine import drain, join_via, serve, single_thread
+from contracts.protocol import REQUEST, REQUEST_PARAMETERS, REQUEST_STATE, REQUEST_VERIFY, STEP, STEP_LAWS, STEP_RAGGED
 from contracts.registry import contract
-from contracts.strategies.request import request_loop_cases
+from contracts.strategies.request import request_loop_cases, request_verify_cases
 
 MAX_STEPS = 200
-REQ_STEPS = 12  # a request needs at most max_new_tokens (10) steps
 
 
 def semantics_of(engine):
     return getattr(engine, "request_semantics", request_oracle.DEFAULT_SEMANTICS)
-
-
-def _run(engine, case: LoopCase, on_step=None) -> object:
-    """Serve the case: the first request joins after one step of the others (a join mid-run), then drain."""
-    handle = engine.new_engine(case.spec)
-    first, rest = case.requests[:1], case.requests[1:]
-    via = join_via(engine, "pd")
-    engine.add_requests(handle, list(rest or first), via)
-    pending = list(first) if rest else []
-    for step in range(MAX_STEPS):
-        if not any(v.live for v in engine.request_views(handle)):
-            if not pending:
-                return handle
-        else:
-            view = engine.step(handle)
-            if on_step is not None:
-                on_step(handle, step, view)
-        if pending:
-            engine.add_requests(handle, pending, join_via(engine, "local"))
-            pending = []
-    live = sorted(v.rid for v in engine.request_views(handle) if v.live)
-    expect(False, "generation", f"done within {MAX_STEPS} steps", f"requests {live} still running")
 
 
 @contract("REQ-001", "greedy requests emit exactly what plain decoding emits under the same parameters: each token the "
@@ -59,7 +38,7 @@ def _run(engine, case: LoopCase, on_step=None) -> object:
           requires={STEP, REQUEST}, cases=lambda *, engine: request_loop_cases(engine=engine), max_examples=80)
 def greedy_whole_requests(engine, case: LoopCase):
     sem = semantics_of(engine)
-    handle = _run(engine, case)
+    handle = serve(engine, case)
     views = {v.rid: v for v in engine.request_views(handle)}
     for r in case.requests:
         if not r.greedy:
@@ -98,7 +77,7 @@ def sampled_column_laws(engine, case: LoopCase):
                 expect(err <= tol, f"step {step} request {r.rid}: target law at column {j} ({_params(r)})",
                        [round(x, 9) for x in want.tolist()], f"{[round(x, 9) for x in got.tolist()]} (max error {err:.3g})")
 
-    _run(engine, case, check_step)
+    serve(engine, case, check_step)
 
 
 REQ_VOCAB, REQ_N, REQ_PROMPT = 4, 1000, (1, 2)
@@ -110,6 +89,8 @@ REQ_CONFIGS = (
                                            stop_token_ids=(3,))),
     ("static", None, "vanilla", RequestSpec(0, REQ_PROMPT, 0.8, 4, top_k=3, logit_bias=((2, -3.0), (1, 1.5)),
                                             frequency_penalty=-1.0)),
+    # A stop list alone, for an engine that takes no other family (DeepSpec): a second stop id ends the output early.
+    ("static", None, "vanilla", RequestSpec(0, REQ_PROMPT, 1.0, 4, eos_id=0, stop_token_ids=(3,))),
 )
 
 
@@ -166,4 +147,20 @@ def parameter_state(engine, case: LoopCase):
                 seen = set(out) | (set(v.prompt) if sem.repetition_counts_prompt else set())
                 expect_equal(f"{where}: tokens the presence/repetition penalties treat as seen", sorted(seen), sorted(s.seen))
 
-    _run(engine, case, check_step)
+    serve(engine, case, check_step)
+
+
+@contract("REQ-005", "greedy verify of whole requests, one ragged batch through the engine's verify: each row emits "
+          "its drafts while they equal the argmax of the target's logits after the row's penalties, min_new_tokens "
+          "mask and logit bias, each column reading the committed output plus the drafts before it (never a later "
+          "draft), then one token: the first mismatch's argmax, or the bonus read after every draft",
+          requires={REQUEST_VERIFY}, cases=lambda *, engine: request_verify_cases(engine=engine), max_examples=200)
+def greedy_verify_requests(engine, case):
+    sem = semantics_of(engine)
+    got = engine.verify_requests(case)
+    expect_equal("rows emitted", len(case.rows), len(got))
+    for i, row in enumerate(case.rows):
+        r = row.request
+        want = request_oracle.greedy_verify(r.prompt, row.output, row.drafts, row.logits, r, sem)
+        expect_equal(f"row {i} emitted tokens ({_params(r)}; output {list(row.output)}, drafts {list(row.drafts)})",
+                     want, [int(t) for t in got[i]])

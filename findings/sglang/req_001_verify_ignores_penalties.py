@@ -1,4 +1,4 @@
-"""REQ-001/002/003 (SGLang 0.5.23): DSpark's verify logits carry none of the request's frequency, presence or
+"""REQ-001/002/003/005 (SGLang 0.5.23): DSpark's verify logits carry none of the request's frequency, presence or
 repetition penalties, nor its min_new_tokens mask.
 
 Plain decoding applies them in the sampler: the Scheduler hands the forward `SamplingBatchInfo.copy_for_forward()`,

@@ -73,3 +73,32 @@ def test_a_pack_that_exercises_a_parameter_its_engine_does_not_accept_fails_at_l
 
     with pytest.raises(ValueError, match=r"^accepted_parameters: unknown 'beam_width'"):
         validate_adapter(Unknown())
+
+
+def test_a_family_parameter_the_engine_refuses_is_never_drawn():
+    """A stop list without ignore_eos (DeepSpec's) loads, its report gap omits ignore_eos, and no drawn request sets
+    it; the family's other parameter is still drawn."""
+    from hypothesis import given, settings
+
+    from contracts.protocol import REQUEST_STOP_TOKENS, exercised_parameters
+    from contracts.strategies.request import request_loop_cases
+
+    class StopList(ReferenceAdapter):
+        accepted_parameters = tuple(p for p in ReferenceAdapter.accepted_parameters if p != "ignore_eos")
+
+    engine = StopList()
+    validate_adapter(engine)
+    exercised = exercised_parameters(engine.capabilities, engine.accepted_parameters)
+    assert "stop_token_ids" in exercised and "ignore_eos" not in exercised
+    assert "ignore_eos" in exercised_parameters(engine.capabilities)
+    assert REQUEST_STOP_TOKENS in engine.capabilities
+    stops = []
+
+    @settings(max_examples=200, database=None, derandomize=True)
+    @given(request_loop_cases(engine=engine))
+    def run(case):
+        assert not any(r.ignore_eos for r in case.requests)
+        stops.extend(r.stop_token_ids for r in case.requests)
+
+    run()
+    assert any(stops)

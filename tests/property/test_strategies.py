@@ -29,9 +29,24 @@ from contracts.boundary.dp import DpPaddingCase, DpSyncCase, LocalTokensCase, Sc
 from contracts.boundary.draft import DraftCase
 from contracts.boundary.engine import EngineSpec, LayoutCase, RequestSpec, ScheduleCase
 from contracts.boundary.handoff import HandoffCase
+from contracts.boundary.ranks import STEP_KINDS, VERIFY_MODES, RankStepsCase
 from contracts.boundary.relay import RelayCase, RelayStep
 from contracts.boundary.verify import DyadicCase, MarkovCase, ValueCase, VerifyCase
-from contracts.strategies import dp, draft, engine, graph, handoff, kv, ranks, relay, request, verify
+from contracts.strategies import (
+    dp,
+    draft,
+    engine,
+    graph,
+    handoff,
+    kv,
+    options,
+    rank_steps,
+    ranks,
+    relay,
+    request,
+    schedules,
+    verify,
+)
 
 REACH_EXAMPLES = 600  # the search budget of a reach test: every boundary is met well within it
 SHRINK_EXAMPLES = 300
@@ -715,6 +730,51 @@ def test_relay_shrinks():
         RelayCase(pool_size=3, gamma=1, overlap=False, steps=(RelayStep((), (0, 1, 2)),))
 
 
+def _early(c) -> dict:
+    """rid -> steps its row was taken before it joined."""
+    joins = {r: s for s, st in enumerate(c.steps) for r in st.join}
+    return {r: joins[r] - t for r, t in c.taken().items() if joins[r] > t}
+
+
+def _reads_early(c, lag=2) -> bool:
+    """A pre-allocated request is read while its row was already its own `lag` steps back (RELAY-002's read)."""
+    joins = {r: s for s, st in enumerate(c.steps) for r in st.join}
+    return any(t <= s - lag < joins[r] <= s for r, t in c.taken().items() for s in range(len(c.steps)))
+
+
+REACH["relay.prealloc_relay_cases"] = (relay.prealloc_relay_cases(), {
+    "a row taken 1 step early": lambda c: 1 in _early(c).values(),
+    "a row taken 3 steps early": lambda c: 3 in _early(c).values(),
+    "a freed row taken early": lambda c: any(s.leave and s.prealloc for s in c.steps),
+    "a pre-allocated request read before its history": _reads_early,
+    "every row taken at its join": lambda c: not _early(c),
+    "pool full with a pre-allocation": lambda c: any(
+        len(b) + sum(1 for r, t in c.taken().items() if t <= i < next(j for j, st in enumerate(c.steps) if r in st.join))
+        == c.pool_size and any(s.prealloc for s in c.steps) for i, b in enumerate(c.batches())),
+})
+
+
+def test_prealloc_relay_programs_keep_the_pool():
+    @settings(database=None, derandomize=True, max_examples=100)
+    @given(relay.prealloc_relay_cases())
+    def pool(c):
+        assert c.pd_decode and c.overlap
+        joins = {r: s for s, st in enumerate(c.steps) for r in st.join}
+        for s, b in enumerate(c.batches()):
+            reserved = [r for r, t in c.taken().items() if t <= s < joins[r]]
+            assert len(b) + len(reserved) <= c.pool_size  # live and pre-allocated rows fit the pool
+        for s, st in enumerate(c.steps):
+            assert all(joins[r] > s for r in st.prealloc)  # a pre-allocated request joins later
+
+    pool()
+
+
+def test_prealloc_relay_cases_shrink_to_one_early_row():
+    assert minimal(relay.prealloc_relay_cases(), _reads_early) == RelayCase(
+        pool_size=2, gamma=1, overlap=True, pd_decode=True,
+        steps=(RelayStep((), (0,), (1,)), RelayStep((), (1,)), RelayStep()))
+
+
 # ---- draft ----------------------------------------------------------------------------------------------------------
 
 
@@ -758,13 +818,58 @@ def test_draft_shrinks():
     assert partial == DraftCase(partial.gamma, False, (1,), (0,), (2,), 0) and partial.gamma <= 4
 
 
+REACH["schedules.schedules"] = (schedules.schedules(max_actions=16, max_streams=2), {
+    "eager (no stall)": lambda s: not s.stalls,
+    "a side stream stalled, the default stream not": lambda s: any(t.streams and not t.default for t in s.stalls),
+    "the default stream stalled": lambda s: any(t.default for t in s.stalls),
+    "two side streams in one stall": lambda s: any(t.streams == 0b11 for t in s.stalls),
+    "a stall of one host action": lambda s: any(t.length == 1 for t in s.stalls),
+    "a stall past the last host action": lambda s: any(t.start + t.length > 16 for t in s.stalls),
+    "a stall at the last host action": lambda s: any(t.start == 15 for t in s.stalls),
+    "two stalls": lambda s: len(s.stalls) == 2,
+})
+
+
+REACH["schedules.stream_relay_cases"] = (schedules.stream_relay_cases(), {
+    "the relay's copy stream stalled": lambda c: any(t.streams & 1 for t in c.schedule.stalls),
+    "a stall long enough to span two relay steps (the lag)": lambda c: any(t.length >= 24 for t in c.schedule.stalls),
+    "a row reused while a stall is on": lambda c: c.schedule.stalls and any(s.leave and s.join for s in c.relay.steps),
+    "eager": lambda c: not c.schedule.stalls,
+})
+
+
+# ---- rank steps: an idle rank in every verify mode and step kind ----------------------------------------------------
+
+
+def _idle_at(c, mode, kind) -> bool:
+    return mode in c.verify_modes and any(k == kind and 0 in c.batch_sizes[s] for s, k in enumerate(c.kinds))
+
+
+REACH["rank_steps.rank_steps_cases"] = (rank_steps.rank_steps_cases(), {
+    **{f"an idle rank at a {kind} step in {mode}": (lambda c, m=mode, k=kind: _idle_at(c, m, k))
+       for mode in VERIFY_MODES for kind in STEP_KINDS},
+    "every verify mode in one case": lambda c: c.verify_modes == VERIFY_MODES,
+    "world 3": lambda c: c.world_size == 3,
+    "4 steps": lambda c: len(c.kinds) == 4,
+    "an idle rank beside 3 requests": lambda c: any(0 in row and 3 in row for row in c.batch_sizes),
+    "an idle rank beside a 6-token prompt": lambda c: any(6 in lens for step in c.prompt_lens for lens in step),
+    "graphs that cover every rank": lambda c: c.capture_bs and max(map(max, c.batch_sizes)) <= max(c.capture_bs),
+    "an idle rank beside a rank no captured size covers": lambda c: c.capture_bs and any(
+        0 in row and max(row) > max(c.capture_bs) for row in c.batch_sizes),
+    "no graphs": lambda c: not c.capture_bs,
+    "a forced budget": lambda c: c.budget_frac is not None,
+    "gamma 4, the anchor not sampled": lambda c: c.gamma == 4 and not c.sample_from_anchor,
+})
+
+
+def test_rank_steps_shrink_to_one_idle_rank_in_one_mode():
+    smallest = minimal(rank_steps.rank_steps_cases(), lambda c: "compact" in c.verify_modes and "handoff" in c.kinds)
+    assert smallest == RankStepsCase(world_size=2, verify_modes=("compact",), gamma=1, kinds=("handoff",),
+                                     batch_sizes=((0, 1),), prompt_lens=(((), ()),), capture_bs=(), budget_frac=None,
+                                     sample_from_anchor=False, seed=0)
+
+
 # ---- the reach tests ------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("name", list(REACH))
-def test_reaches_its_boundaries(name):
-    strategy, boundaries = REACH[name]
-    reaches(strategy, boundaries, BUDGET.get(name, REACH_EXAMPLES))
 
 
 def _any_req(c, pred) -> bool:
@@ -792,6 +897,57 @@ REACH["request.request_loop_cases"] = (request.request_loop_cases(), {
     "ragged mode": lambda c: c.spec.verify_mode != "static",
 })
 BUDGET["request.request_loop_cases"] = 2000
+
+
+def _any_row(c, pred) -> bool:
+    return any(pred(row, len(row.output), len(row.drafts)) for row in c.rows)
+
+
+def _emitted(row) -> int:
+    r = row.request
+    return len(request_oracle.greedy_verify(r.prompt, row.output, row.drafts, row.logits, r))
+
+
+# The verify batch of whole requests: min_new_tokens's edge at each place in the block, drafts the parameters reject.
+REACH["request.request_verify_cases"] = (request.request_verify_cases(), {
+    "min_new_tokens reached at the bonus": lambda c: _any_row(c, lambda r, o, n: n and r.request.min_new_tokens == o + n),
+    "min_new_tokens reached inside the block": lambda c: _any_row(c, lambda r, o, n: o < r.request.min_new_tokens < o + n),
+    "a masked stop token id": lambda c: _any_row(c, lambda r, o, n: r.request.min_new_tokens > o
+                                                 and r.request.stop_token_ids),
+    "every draft accepted, bonus after a repeated token": lambda c: _any_row(
+        c, lambda r, o, n: n > 1 and _emitted(r) == n + 1 and len(set(r.drafts)) < n),
+    "a raw-argmax draft the parameters reject": lambda c: _any_row(
+        c, lambda r, o, n: n and _emitted(r) <= n and r.request.frequency_penalty > 0),
+    "repetition penalty 0.25": lambda c: _any_row(c, lambda r, o, n: r.request.repetition_penalty == 0.25),
+    "logit bias": lambda c: _any_row(c, lambda r, o, n: r.request.logit_bias),
+    "a row with no draft": lambda c: _any_row(c, lambda r, o, n: n == 0),
+    "ragged rows": lambda c: len({len(r.drafts) for r in c.rows}) > 1,
+    "only some rows carry a parameter": lambda c: len({bool(request_oracle.parameters_used(r.request))
+                                                       for r in c.rows}) == 2,
+})
+
+
+def _option_engine():
+    from contracts.adapters.reference import ReferenceAdapter  # a pack with declared options: the strategy reads them
+
+    return ReferenceAdapter()
+
+
+REACH["options.option_cases"] = (options.option_cases(engine=_option_engine()), {
+    "a passive option": lambda c: c.option == "decision_dump",
+    "an output-preserving mode": lambda c: c.option == "enable_overlap",
+    "a sampled request under a passive option": lambda c: c.option == "decision_dump" and _any_req(
+        c.case, lambda s, r: not r.greedy),
+    "a request with a whole-request parameter": lambda c: _any_req(c.case, lambda s, r: request_oracle.parameters_used(r)),
+})
+
+
+# After every REACH entry: the parametrize list is read once, here, so an entry added below it would never run.
+@pytest.mark.parametrize("name", list(REACH))
+def test_reaches_its_boundaries(name):
+    strategy, boundaries = REACH[name]
+    reaches(strategy, boundaries, BUDGET.get(name, REACH_EXAMPLES))
+
 
 def test_every_strategy_module_is_covered():
     modules = {info.name for info in pkgutil.iter_modules(contracts.strategies.__path__)}

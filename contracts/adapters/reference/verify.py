@@ -9,15 +9,18 @@ op is called with `backend=` ("torch" or "triton", never "auto", so the run is w
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 
 import torch
 
 import dspark.verify as dv  # looked up at call time, so a patched op is what the contracts see
-from contracts.boundary.verify import AcceptDistributions, AcceptResult, CommitResult, VerifyInputs
-from dspark import sampling
+from contracts.boundary.verify import AcceptDistributions, AcceptResult, CommitResult, RequestVerifyCase, VerifyInputs
+from dspark import penalties, sampling
+from dspark.engine_types import SamplingParams
 
 CPU = torch.device("cpu")
+_Ledgered = collections.namedtuple("_Ledgered", "params ledger")  # what process_block reads of a request's state
 
 
 def _move(obj, device: torch.device):
@@ -49,6 +52,25 @@ class ReferenceVerify:
     def _accept(self, out) -> AcceptResult:
         out = _move(out, CPU)
         return AcceptResult(out.correct_len, out.bonus, out.cap_trim)
+
+    def verify_requests(self, case: RequestVerifyCase) -> list:
+        """What `Engine.step` does to a greedy block: the parameters per column (`penalties.process_block`, each
+        request's ledger of its output), then the greedy accept with each row's verify length."""
+        bs, width = len(case.rows), 1 + case.gamma  # the verify length cuts each row's block
+        cand = torch.zeros(bs, width, dtype=torch.int64)
+        logits = torch.zeros(bs, width, case.vocab, dtype=torch.float64)
+        states = []
+        for i, row in enumerate(case.rows):
+            n, r = len(row.drafts), row.request
+            cand[i, : n + 1] = torch.tensor((row.output[-1],) + row.drafts)
+            logits[i, : n + 1] = torch.tensor(row.logits, dtype=torch.float64)
+            params = SamplingParams(0.0, 0, r.max_new_tokens, r.eos_id, 1.0, r.frequency_penalty, r.presence_penalty,
+                                    r.repetition_penalty, r.min_new_tokens, 0.0, r.logit_bias, r.stop_token_ids)
+            states.append(_Ledgered(params, penalties.PenaltyLedger.of(case.vocab, row.output)))
+        lens = torch.tensor([len(r.drafts) + 1 for r in case.rows], dtype=torch.int32)
+        logits = penalties.process_block(logits, cand, states)
+        out = _move(dv.greedy_accept(*self._on_device(cand, logits, lens), backend=self.backend), CPU)
+        return [list(row.drafts[: int(c)]) + [int(b)] for row, c, b in zip(case.rows, out.correct_len, out.bonus)]
 
     def greedy_accept(self, inputs: VerifyInputs) -> AcceptResult:
         args = self._on_device(inputs.candidates, inputs.target_logits, inputs.verify_lens)

@@ -43,11 +43,51 @@ def forced_fraction_skips_verify_all_cache(mp):
     mp.setattr(DSparkVerifyPlanner, "schedule_layout", schedule_layout)
 
 
-def host_relay_ring(mp):
-    """The CUDA path's ring, on the host: copy confidence and writer generations at each publish, read LAG back."""
+def _writer_generations(mp, ou):
+    """`ConfidenceRelay.scatter` also records, per row, the generation of the request whose confidence the row now
+    holds (upstream: a `writer_generation` field; here a side table, the msgspec Struct takes no new attributes).
+    Returns the table of a relay."""
+    tables = {}
+    real_scatter = ou.ConfidenceRelay.scatter
+
+    def scatter(self, indices, confidence):
+        first = not self.initialized  # a new relay (its first scatter): a fresh table, never a dead one's by id
+        real_scatter(self, indices, confidence)
+        if first or id(self) not in tables:
+            tables[id(self)] = torch.zeros(self.req_pool_size, dtype=torch.int64)  # generation 0: no request's
+        rows = indices.to("cpu", torch.int64)
+        tables[id(self)][rows] = self.pool.req_generation[rows]
+
+    mp.setattr(ou.ConfidenceRelay, "scatter", scatter)
+    return lambda relay: tables[id(relay)]
+
+
+def writer_generation_recorded(mp):
+    """RELAY-002: the CUDA ring copies, with each slot's confidence, the generation of the request that wrote each row,
+    not the pool's generation at publish (overlap_utils.py:245)."""
     from sglang.srt.managers import overlap_utils as ou
 
-    real_init = ou.ConfidenceRelay._lazy_init
+    writers = _writer_generations(mp, ou)
+    real_copy = ou.ConfidenceRelay.issue_ring_copy
+
+    def issue_ring_copy(self, *, stream, publish_ready):
+        slot, pos = self.ring_pos % ou.CONFIDENCE_RELAY_RING_DEPTH, self.ring_pos
+        real_copy(self, stream=stream, publish_ready=publish_ready)
+        if self.ring_pos != pos:  # a copy was issued into `slot`
+            self.gen_ring[slot].copy_(writers(self))
+
+    mp.setattr(ou.ConfidenceRelay, "issue_ring_copy", issue_ring_copy)
+
+
+def host_relay_ring(mp):
+    """RELAY-001: the host path (no D2H stream) gets the CUDA path's ring: copy the confidence and its writers'
+    generations at each publish, read LAG publishes back. The CUDA branch is left as it is (RELAY-002 corrects it);
+    applied with writer_generation_recorded in either order, both branches carry the writer's generation."""
+    from sglang.srt.managers import overlap_utils as ou
+
+    writers = _writer_generations(mp, ou)
+    real_init, real_copy, real_resolve = (ou.ConfidenceRelay._lazy_init, ou.ConfidenceRelay.issue_ring_copy,
+                                          ou.ConfidenceRelay.resolve)
 
     def lazy_init(self, confidence):
         real_init(self, confidence)
@@ -57,14 +97,18 @@ def host_relay_ring(mp):
             self.gen_ring = torch.zeros((depth, self.req_pool_size), dtype=torch.int64)
 
     def issue_ring_copy(self, *, stream, publish_ready):
+        if stream is not None and publish_ready is not None:
+            return real_copy(self, stream=stream, publish_ready=publish_ready)
         if not self.initialized:
             return
         slot = self.ring_pos % ou.CONFIDENCE_RELAY_RING_DEPTH
         self.conf_ring[slot].copy_(self.confidence_buf)
-        self.gen_ring[slot].copy_(self.pool.req_generation)
+        self.gen_ring[slot].copy_(writers(self))
         self.ring_pos += 1
 
     def resolve(self, batch, *, stream, publish_ready):
+        if stream is not None and publish_ready is not None:
+            return real_resolve(self, batch, stream=stream, publish_ready=publish_ready)
         fi = None if batch.spec_info is None else batch.spec_info.future_indices
         if not self.initialized or fi is None or fi.shape[0] == 0 or self.ring_pos < ou.CONFIDENCE_RELAY_RING_LAG:
             return None

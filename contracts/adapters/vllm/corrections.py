@@ -28,3 +28,40 @@ def correct_dp_padding(mp):
     real = dp_utils._post_process_dp_padding
     mp.setattr(dp_utils, "_post_process_dp_padding",
                lambda tensor, should_dp_pad: real(tensor, True) if should_dp_pad else tensor[0, :].cpu())
+
+
+def correct_min_tokens_bonus(mp):
+    """Sampler.apply_logits_processors as it should be for the bonus token (predict_bonus_token=True): the
+    MinTokensLogitsProcessor masks the stop tokens of a request only while its committed output PLUS its drafts is
+    shorter than min_tokens, since the bonus sits after every draft (vLLM masks while the committed output alone is:
+    ledger, REQ-005). The processor's slices are narrowed for this one call and put back."""
+    from vllm.v1.sample.logits_processor.builtin import MinTokensLogitsProcessor
+    from vllm.v1.sample.sampler import Sampler
+
+    real = Sampler.apply_logits_processors
+
+    def still_short(proc, spec, slice_of):
+        keep = []
+        for req, (min_tok, out, _, _) in proc.min_toks.items():
+            if len(out) + len(spec[req] if req < len(spec) else ()) < min_tok:
+                keep.append(req)
+        rows, toks = slice_of
+        mask = torch.isin(rows.to(torch.int64), torch.tensor(keep, dtype=torch.int64))
+        return rows[mask], toks[mask]
+
+    def apply_logits_processors(self, logits, sampling_metadata, predict_bonus_token):
+        spec = sampling_metadata.spec_token_ids
+        procs = [p for p in sampling_metadata.logitsprocs.non_argmax_invariant if isinstance(p, MinTokensLogitsProcessor)]
+        if not predict_bonus_token or not spec or not procs:
+            return real(self, logits, sampling_metadata, predict_bonus_token)
+        saved = [(p, p.logits_slice, p.restore_logits_slice) for p in procs]
+        for p in procs:
+            p.logits_slice = still_short(p, spec, p.logits_slice)
+            p.restore_logits_slice = still_short(p, spec, p.restore_logits_slice)
+        try:
+            return real(self, logits, sampling_metadata, predict_bonus_token)
+        finally:
+            for p, sl, restore in saved:
+                p.logits_slice, p.restore_logits_slice = sl, restore
+
+    mp.setattr(Sampler, "apply_logits_processors", apply_logits_processors)

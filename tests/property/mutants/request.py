@@ -15,15 +15,16 @@ _real_target_probs = DSparkEngine._target_probs
 _real_truncate = DSparkEngine._truncate
 
 
-def _block(logits, candidates, states, *, count_drafts: bool, advance_len: bool):
-    """process_block with its two per-column readings switchable: the drafts before a column counted, and the
-    output length advancing with them."""
+def _block(logits, candidates, states, *, count_drafts: bool, advance_len: bool, whole_block: bool = False):
+    """process_block with its per-column readings switchable: the drafts before a column counted (or every draft of
+    the block, at every column), and the output length advancing with them."""
     out = logits.clone()
     T, V = logits.shape[1], logits.shape[2]
     for i, st in enumerate(states):
         if penalties.uses_history(st.params):
             drafts = torch.nn.functional.one_hot(candidates[i, 1:], V).to(torch.float64)
             before = torch.cat([torch.zeros(1, V, dtype=torch.float64), torch.cumsum(drafts, 0)])[:T]
+            before = drafts.sum(0).expand(T, V) if whole_block else before
             counts = st.ledger.counts[None, :] + (before if count_drafts else 0 * before)
             lens = st.ledger.output_len + (torch.arange(T) if advance_len else torch.zeros(T, dtype=torch.int64))
             out[i] = penalties.process(logits[i], counts.to(logits.dtype), lens, st.params)
@@ -38,6 +39,11 @@ def _block_reads_committed_only(logits, candidates, states):
 def _min_new_counter_stalls(logits, candidates, states):
     """The min_new_tokens counter stays at the step's start for every column (it does not advance with drafts)."""
     return _block(logits, candidates, states, count_drafts=True, advance_len=False)
+
+
+def _penalties_count_the_whole_block(logits, candidates, states):
+    """Every column's penalties count every draft of the block, the ones after the column too."""
+    return _block(logits, candidates, states, count_drafts=True, advance_len=True, whole_block=True)
 
 
 def _ledger_counts_drafts(self, st, anchor, drafts, correct):
@@ -64,9 +70,11 @@ def _stop_only_at_block_end(self, st, emitted):
 
 
 MUTANTS = [
-    Mutant("block-columns-read-committed-history-only", ("REQ-001", "REQ-002", "REQ-003"),
+    Mutant("block-columns-read-committed-history-only", ("REQ-001", "REQ-002", "REQ-003", "REQ-005"),
            lambda mp: mp.setattr(penalties, "process_block", _block_reads_committed_only)),
-    Mutant("min-new-tokens-counter-stalls-in-block", ("REQ-001",),
+    Mutant("penalties-count-the-whole-block", ("REQ-001", "REQ-005"),
+           lambda mp: mp.setattr(penalties, "process_block", _penalties_count_the_whole_block)),
+    Mutant("min-new-tokens-counter-stalls-in-block", ("REQ-001", "REQ-005"),
            lambda mp: mp.setattr(penalties, "process_block", _min_new_counter_stalls)),
     Mutant("penalty-ledger-counts-rejected-drafts", ("REQ-004",),
            lambda mp: mp.setattr(DSparkEngine, "_commit", _ledger_counts_drafts)),

@@ -53,6 +53,8 @@ class Finding:
     severity: str  # one sentence: wrong outputs, memory corruption, wasted work, crash
     repro: str  # the standalone script under findings/<engine>/ (imports only the engine and torch)
     correction: Optional[Callable] = None  # correction(monkeypatch): the minimal in-process fix of the engine's code
+    # The draft upstream report, where it is not the repro's `.md` (one report for findings that share a root cause).
+    report: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,9 @@ class KnownFailure:
     reason: str
     observed: Optional[str] = None  # regex searched in ContractViolation.observed (e.g. the exception a call raised)
     finding: Optional[Finding] = None  # None for a hardening entry (the pack's `hardening` lists its contract)
+    # The symptom depends on memory the engine leaves uninitialised, so the contract may pass on one machine and fail
+    # on another: a pass does not retire the entry (the pack's findings test shows the bug with a fixed leftover).
+    intermittent: bool = False
 
     def __post_init__(self):
         if not _CITATION.search(self.reason):

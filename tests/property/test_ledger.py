@@ -84,18 +84,27 @@ _CONFTEST = """
     @pytest.fixture(autouse=True)
     def pretend_broken(monkeypatch, engine):  # undone after each test, so the outer session is unaffected
         monkeypatch.setattr(engine, "known_failures", (KnownFailure("reference", "==" + engine.version, "SCALE-001",
-                                                                    {field!r}, "evidence: pretend"),))
+                                                                    {field!r}, "evidence: pretend"{extra}),))
         {mutate}
 """
 
 
 @pytest.mark.e2e
 def test_a_known_failure_that_passes_fails_the_run(pytester):
-    pytester.makeconftest(_CONFTEST.format(field="scaled", mutate="pass"))
+    pytester.makeconftest(_CONFTEST.format(field="scaled", mutate="pass", extra=""))
     pytester.makepyfile(test_x="from contracts.suite.test_contracts import test_contract")
     result = pytester.runpytest("-k", "SCALE-001 or DPSYNC-001", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*in the known-failures ledger: remove the entry*"])
+
+
+@pytest.mark.e2e
+def test_an_intermittent_known_failure_may_pass(pytester):
+    """An entry whose symptom depends on uninitialised memory stays when its contract passes on this machine."""
+    pytester.makeconftest(_CONFTEST.format(field="scaled", mutate="pass", extra=", intermittent=True"))
+    pytester.makepyfile(test_x="from contracts.suite.test_contracts import test_contract")
+    result = pytester.runpytest("-k", "SCALE-001", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
 
 
 _BREAK_SCALING = ('import dspark.spec_info as si; '
@@ -103,11 +112,11 @@ _BREAK_SCALING = ('import dspark.spec_info as si; '
 
 
 def test_a_failure_of_the_listed_field_is_known_and_another_field_is_not(pytester):
-    pytester.makeconftest(_CONFTEST.format(field="^scaled counts$", mutate=_BREAK_SCALING))
+    pytester.makeconftest(_CONFTEST.format(field="^scaled counts$", mutate=_BREAK_SCALING, extra=""))
     pytester.makepyfile(test_x="from contracts.suite.test_contracts import test_contract")
     result = pytester.runpytest("-k", "SCALE-001", "-p", "no:cacheprovider")
-    result.assert_outcomes(xfailed=1)
-    pytester.makeconftest(_CONFTEST.format(field="^scaled logprob counts$", mutate=_BREAK_SCALING))
+    assert result.ret == 0 and result.parseoutcomes().get("known") == 1  # pytest counts it as the table: a known failure
+    pytester.makeconftest(_CONFTEST.format(field="^scaled logprob counts$", mutate=_BREAK_SCALING, extra=""))
     result = pytester.runpytest("-k", "SCALE-001", "-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
 

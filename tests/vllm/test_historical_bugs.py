@@ -49,20 +49,24 @@ def _target_rows_off_by_one(mp):
     mp.setattr(GPUModelRunner, "_calc_spec_decode_metadata", calc)
 
 
-def _coins_ignore_generators(mp):
-    """The accept coins drawn from the global RNG, not the per-request generators (seeded runs stop repeating)."""
+def coins_from_the_global_generator(mp):
+    """The accept coins drawn from the global RNG, not the per-request generators (seeded runs stop repeating).
+    Alone, without the expansion correction: tests/vllm/test_ledger_precision.py puts it on the unmodified engine."""
     from vllm.v1.sample import rejection_sampler as rs
 
-    correct_expand(mp)
     mp.setattr(rs, "generate_uniform_probs",
                lambda num_tokens, num_draft_tokens, generators, device: torch.rand(num_tokens, dtype=torch.float64))
 
 
-def _recovered_from_target(mp):
-    """The recovered token drawn from the target law instead of the residual max(p - q, 0)."""
+def _coins_ignore_generators(mp):
+    correct_expand(mp)
+    coins_from_the_global_generator(mp)
+
+
+def recovered_from_the_target(mp):
+    """The recovered token drawn from the target law instead of the residual max(p - q, 0) (alone, likewise)."""
     from vllm.v1.sample import rejection_sampler as rs
 
-    correct_expand(mp)
     real = rs.sample_recovered_tokens
 
     def sample(max_spec_len, num_draft_tokens, cu, draft_ids, draft_probs, target_probs, *args, **kwargs):
@@ -70,6 +74,11 @@ def _recovered_from_target(mp):
         return real(max_spec_len, num_draft_tokens, cu, draft_ids, zeros, target_probs, *args, **kwargs)
 
     mp.setattr(rs, "sample_recovered_tokens", sample)
+
+
+def _recovered_from_target(mp):
+    correct_expand(mp)
+    recovered_from_the_target(mp)
 
 
 def temperature_ignored(mp):
@@ -110,13 +119,17 @@ def _dp_padding_skipped(mp):
     mp.setattr(dp_utils, "_post_process_dp_padding", lambda tensor, should_dp_pad: tensor[1, :].cpu())
 
 
-def _graph_mode_synced_by_max(mp):
+def graph_modes_synced_by_the_max(mp):
     """The ranks' graph modes synced by the max, not the min: a rank that cannot replay a graph is told to, so every
-    rank pads to the largest count and then runs it eagerly (on top of the DPPAD-005 correction, which vLLM needs)."""
+    rank pads to the largest count and then runs it eagerly (alone, without the DPPAD-005 correction)."""
     from vllm.v1.worker import dp_utils
 
-    correct_dp_padding(mp)
     mp.setattr(dp_utils, "_post_process_cudagraph_mode", lambda tensor: int(tensor[3, :].max().item()))
+
+
+def _graph_mode_synced_by_max(mp):
+    correct_dp_padding(mp)  # vLLM needs it under this bug
+    graph_modes_synced_by_the_max(mp)
 
 
 def _empty_last_microbatch_allowed(mp):

@@ -21,9 +21,9 @@ _ROUND_FINDING = Finding(
            "generate_decoding_sample; 2026-12)",
     path="every platform, DeepSpec's evaluator (Qwen3DSparkEvaluator / Gemma4DSparkEvaluator.generate_one_sample -> "
          "generate_decoding_sample): deepspec/eval/base_evaluator.py:385 (`while start < max_length:`)",
-    severity="wasted work and skewed metrics: one extra draft + target forward per sample that ends on max_new_tokens "
-             "exactly, its discarded tokens counted in the reported accept_len, verify_rate and per-position accept "
-             "rates; outputs unchanged",
+    severity="wasted compute: one extra draft + target forward per sample that ends on max_new_tokens exactly, all "
+             "its tokens trimmed; outputs unchanged (the round is counted in accept_len and verify_rate, but as an "
+             "unbiased extra sample, so those averages are not skewed)",
     repro="findings/deepspec/loop_004_round_after_max_new_tokens.py", correction=corrections.correct_loop_bound)
 
 KNOWN_FAILURES: tuple = (

@@ -1,5 +1,5 @@
 """SGLang's known failures: each one a finding on SGLang's own code, with its evidence, the correction that makes
-its contract pass (tests/sglang/test_findings.py, tests/sglang/test_relay_finding.py,
+its contract pass (tests/sglang/test_findings.py, tests/sglang/test_relay_finding.py, tests/sglang/test_cuda_relay_path.py,
 tests/sglang/test_request_findings.py), and the facts a maintainer needs
 (upstream status, production path, severity, a standalone repro under findings/sglang/); the VERIFY-012 entries are
 hardening (the pack's `hardening`), so they carry no finding."""
@@ -16,6 +16,9 @@ _COMPANIONS = (
     "per-request randomness to. Shrunk: bs 3, gamma 1, V 5, rows 0-1 sampled and row 2 greedy: row 0's bonus is 1 in "
     "the mixed batch and 3 with every row sampled (same seed)"
 )
+
+# RELAY-001 and RELAY-002 share a root (the relay's read does not carry the writer's generation): one draft report.
+_RELAY_REPORT = "findings/sglang/relay_writer_generation.md"
 
 KNOWN_FAILURES: tuple = (
     KnownFailure("sglang", "==0.5.23", "VERIFY-016", r"^sampled row of the mixed batch: .*$", _COMPANIONS),
@@ -74,7 +77,35 @@ KNOWN_FAILURES: tuple = (
                  "managers/overlap_utils.py:260-266",
             severity="wasted work: the verify budget is planned from stale or another request's confidence; outputs "
                      "stay lossless",
-            repro="findings/sglang/relay_001_host_relay_current_generation.py", correction=corrections.host_relay_ring),
+            repro="findings/sglang/relay_001_host_relay_current_generation.py", correction=corrections.host_relay_ring,
+            report=_RELAY_REPORT),
+    ),
+    KnownFailure(
+        "sglang", "==0.5.23", "RELAY-002",
+        r"^step \d+: survival the budget read for request \d+ \(its row taken at step \d+, before it joined at step \d+\)$",
+        "evidence: managers/overlap_utils.ConfidenceRelay.issue_ring_copy, on the CUDA branch (the ring), copies "
+        "gen_ring[slot].copy_(self.pool.req_generation) at every publish: the pool's generation of EVERY row, not the "
+        "generation of the request whose confidence the row holds (confidence_buf is rewritten only when a request "
+        "publishes on the row). A PD decode server takes a request's row when its KV transfer starts "
+        "(DecodePreallocQueue._pre_alloc -> DecodeReqToTokenPool.alloc, generation += 1) and the running batch keeps "
+        "publishing until the request joins through build_dspark_disagg_draft_input (a publish without confidence), so "
+        "each snapshot meanwhile pairs the previous occupant's confidence (or never-written torch.empty memory) with the "
+        "new request's generation, and HostConfidenceBudgetPlanner's freshness check passes it. Run on this CPU through "
+        "SGLang's own CUDA branch, PD decode pool and prebuilt path (contracts.adapters.sglang.relay_ring_model: the "
+        "repo's stream model is its device module, so the ring copy stays pending; pinned memory is host memory). Shrunk (pinned): pool 2, gamma 2, request 0 "
+        "leaves after step 1, request 2 takes its row before step 2 and joins at step 4: steps 4 and 5 read request 0's "
+        "step-1 confidence (expected 1s). Rows taken at the join pass (RELAY-001 holds on the ring). Copying the writer's "
+        "generation, recorded at scatter, makes RELAY-002 pass (tests/sglang/test_cuda_relay_path.py). Same root as "
+        "RELAY-001: the relay's read does not carry the writer's generation",
+        finding=Finding(
+            status="not found (sgl-project/sglang issues and PRs searched for gen_ring, issue_ring_copy, ConfidenceRelay "
+                   "with PD disaggregation, pre-allocated rows and stale confidence: see the draft report)",
+            path="NVIDIA CUDA (the ring), a PD disaggregation decode server, overlap with a ragged verify mode: "
+                 "managers/overlap_utils.py:245 (disaggregation/decode.py:2257 takes the row early)",
+            severity="wasted work: a PD request's first one or two verify budgets are planned from another request's "
+                     "or never-written confidence; outputs stay lossless",
+            repro="findings/sglang/relay_002_cuda_ring_generation.py", correction=corrections.writer_generation_recorded,
+            report=_RELAY_REPORT),
     ),
     KnownFailure(
         "sglang-chain", "==0.5.23", "VERIFY-012", r"^block \(seed \d+\): correct_len with draft 1 = V",
@@ -111,6 +142,15 @@ _NO_PENALTIES = (
     "is right. Shrunk (greedy, V 5, gamma 1, oracle drafter, prompt [0], repetition_penalty 2.0): plain decoding "
     "emits [1, 4, 2, 3, 0, ...], SGLang [1, 1, 1, ...]. Applying the penalties per verify column "
     "(corrections.verify_applies_penalties_per_column) makes REQ-001..003 pass (tests/sglang/test_request_findings.py)"
+)
+# REQ-005 meets the same cause one level down: the verify batch's penalizers are fed the committed output (as plain
+# decoding feeds them; REQ-004 is that DSpark does not), and the verify still reads none of it.
+_VERIFY_LEVEL = (
+    ". REQ-005 (the verify level: the same requests, their penalizers fed the committed output, through "
+    "TargetVerifyExecutor.run_non_compact and accept_and_finalize) fails for the same cause; shrunk: V 4, gamma 3, "
+    "one row, prompt [0], output [0], drafts [0, 0, 0], repetition_penalty 2.0, column 1's raw logits [1, 0, 0, 1]: "
+    "the penalty makes token 3 the argmax (expected [0, 3]), SGLang accepts every draft ([0, 0, 0, 0]); the same "
+    "correction makes REQ-005 pass"
 )
 _NO_PENALTIES_FINDING = Finding(
     status="known: sgl-project/sglang#33493 (issue, open: the acc_linear_penalties name), #33869 (fix PR, open: "
@@ -168,7 +208,8 @@ _NO_MIN_P_FINDING = Finding(
     repro="findings/sglang/req_002_accept_ignores_min_p.py", correction=corrections.verify_target_law_applies_min_p)
 
 
-def _request_entries(engine: str) -> tuple:
+def _request_entries(engine: str, *, verify_level: bool = True) -> tuple:
+    """The REQ entries of an engine whose step level is `sglang`'s (and with `verify_level`, its request.verify)."""
     return (
         KnownFailure(engine, "==0.5.23", "REQ-001", r"^request \d+ tokens \(.*" + _PENALTY_PARAMS, _NO_PENALTIES,
                      finding=_NO_PENALTIES_FINDING),
@@ -181,8 +222,11 @@ def _request_entries(engine: str) -> tuple:
         KnownFailure(engine, "==0.5.23", "REQ-004", r"^step \d+ request \d+: (output length min_new_tokens counts|"
                      r"tokens the frequency penalty counts|tokens the presence/repetition penalties treat as seen)$",
                      _NEVER_FED, observed=r"^(0|\{\}|\[\])$", finding=_NEVER_FED_FINDING),
-    )
+    ) + ((KnownFailure(engine, "==0.5.23", "REQ-005", r"^row \d+ emitted tokens \(.*" + _PENALTY_PARAMS,
+                       _NO_PENALTIES + _VERIFY_LEVEL, finding=_NO_PENALTIES_FINDING),) if verify_level else ())
 
 
-KNOWN_FAILURES += _request_entries("sglang")
-PD_KNOWN_FAILURES: tuple = _request_entries("sglang-pd")
+# sglang-chain runs sglang's step level and greedy verify unchanged (its own attribute moves only the verify level's
+# sampled accepts to the chain kernel), so the same causes fail the same REQ contracts there.
+KNOWN_FAILURES += _request_entries("sglang") + _request_entries("sglang-chain")
+PD_KNOWN_FAILURES: tuple = _request_entries("sglang-pd", verify_level=False)  # sglang-pd declares no request.verify

@@ -10,7 +10,9 @@ read, every u is Uniform(0, 1) whatever q is, so the pooled u's of every step an
 bins. A draft drawn at another temperature, from the law before a Markov bias, or a cut that keeps a draft for
 being likely moves mass between bins; the one statistical gate (contracts.stats) judges the bin counts. The exact
 parts need no statistics: the verified drafts are a prefix of the block drawn, each law is a distribution, and
-no verified draft has probability 0 under its own law.
+no verified draft has probability 0 under its own law. The first configuration runs again with each engine option
+that moves the draws on (a drafter's own confidence truncation, overlap): where a cut is made is where it could
+anticipate. One configuration per option keeps the cost bounded on an engine with several such options.
 
 DRAFT-004 asks the same of the draft level alone, where the contract chooses the logits: a Markov block drawn from
 given per-position logits and bias table, each draft's PIT taken under the law it is defined to be drawn from.
@@ -27,7 +29,7 @@ from contracts.boundary.engine import EngineSpec, RequestSpec
 from contracts.catalog.decode_loop import MAX_STEPS
 from contracts.checks import expect, expect_equal
 from contracts.machine import join_via, single_thread
-from contracts.protocol import DRAFT_MARKOV, STEP, STEP_DRAFT_DRAWS, STEP_RAGGED
+from contracts.protocol import DRAFT_MARKOV, OPTIONS, STEP, STEP_DRAFT_DRAWS, STEP_RAGGED
 from contracts.registry import contract
 
 DRAW_VOCAB, DRAW_GAMMA, DRAW_N, DRAW_TOKENS = 6, 4, 120, 12
@@ -73,22 +75,34 @@ def _drawn(engine, handle, name: str, step: int, rids, bins: list) -> None:
             bins[min(int(u * PIT_BINS), PIT_BINS - 1)] += 1
 
 
+def draw_moving_options(engine) -> tuple:
+    """The engine's options that move which drafts are drawn or verified and promise only the law (output-preserving,
+    not same-seed: a drafter's own confidence threshold, which cuts each proposal; overlap scheduling): DIST-002 runs
+    its first configuration again with each one on, (name, value) as the engine spells it."""
+    if OPTIONS not in engine.capabilities:
+        return ()
+    return tuple((o.name, o.value) for o in engine.engine_options
+                 if o.kind == "output-preserving" and not o.same_seed and not o.not_exercised)
+
+
 @contract("DIST-002", "the drafts each step verifies follow the law its accept scores them with, and which drafts are "
           "verified never depends on the draft itself (non-anticipation): the verified drafts are a prefix of the block "
           "drawn, and their randomized PIT values under their own laws are uniform (static with vanilla and gated "
-          "Markov heads, cap-accept/compact at forced fractions 0.5 and 0.25; fixed seeds; one gate, family-wise "
-          "false alarm <= 1e-3)", requires={STEP, STEP_DRAFT_DRAWS}, marks=("stat",))
+          "Markov heads, cap-accept/compact at forced fractions 0.5 and 0.25; static vanilla again with each option that "
+          "moves the draws on, e.g. a confidence truncation; fixed seeds; one gate, family-wise false alarm <= 1e-3)",
+          requires={STEP, STEP_DRAFT_DRAWS}, marks=("stat",))
 def draft_law(engine):
-    configs = [(seed, c) for seed, c in enumerate(DRAW_CONFIGS) if c[0] == "static" or STEP_RAGGED in engine.capabilities]
-    family = stats.Gate(len(configs))
+    runs = [c for c in DRAW_CONFIGS if c[0] == "static" or STEP_RAGGED in engine.capabilities]
+    runs = [(c, ()) for c in runs] + [(runs[0], (o,)) for o in draw_moving_options(engine)]
+    family = stats.Gate(len(runs))
     uniform = {b: 1.0 / PIT_BINS for b in range(PIT_BINS)}
     with single_thread():
         n = budget.rows(DRAW_N)
-        for seed, (mode, frac, drafter, temperature) in configs:
-            name = f"{mode} frac={frac} {drafter} T={temperature}"
+        for seed, ((mode, frac, drafter, temperature), options) in enumerate(runs):
+            name = f"{mode} frac={frac} {drafter} T={temperature}" + "".join(f" {k}={v}" for k, v in options)
             spec = EngineSpec(vocab_size=DRAW_VOCAB, gamma=DRAW_GAMMA, drafter=drafter, verify_mode=mode,
                               force_budget_frac=frac, seed=200 + seed, model_seed=7, pool_size=n,
-                              max_context_len=32)
+                              max_context_len=32, options=options)
             handle = engine.new_engine(spec)
             engine.add_requests(handle, [RequestSpec(i, DRAW_PROMPT, temperature, DRAW_TOKENS)
                                          for i in range(n)], join_via(engine, "local"))

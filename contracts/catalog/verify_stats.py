@@ -28,6 +28,7 @@ from contracts.protocol import VERIFY, VERIFY_CHAIN
 from contracts.registry import contract
 from contracts.scenarios.verify import verify_step
 from contracts.strategies.verify import family_rows
+from contracts.violation import Mismatch
 
 SEED = 20261130
 N_POSITIONAL = 40_000  # rows per (draft kind) of the positional scenario at T = 1
@@ -42,6 +43,24 @@ def _inputs(cand, p, q, lens=None) -> VerifyInputs:
     return VerifyInputs(cand, p.log(), p, q, torch.zeros(n, width - 1, dtype=torch.float64),
                         torch.ones(n, p.shape[-1], dtype=torch.float64), lens, torch.zeros(n, dtype=torch.bool),
                         torch.zeros(n, dtype=torch.int64))
+
+
+def _committed_in_range(r, vocab: int, label: str) -> None:
+    """The engine's committed tokens are ids in [0, V) and commit_len in [1, width]: a -1 or an id past the
+    vocabulary is the engine's failure, named here, not a crash of the harness's counting (bincount) below."""
+    out, commit = r.out_tokens.to(torch.int64), r.commit_len.to(torch.int64)
+    width = out.shape[1]
+    bad_len = ((commit < 1) | (commit > width)).nonzero()
+    if bad_len.numel():
+        i = bad_len[0, 0].item()
+        raise Mismatch(f"{label}: commit_len of row {i}", f"in [1, {width}]", commit[i].item())
+    committed = torch.arange(width)[None, :] < commit[:, None]
+    bad = (committed & ((out < 0) | (out >= vocab))).nonzero()
+    if bad.numel():
+        i, k = bad[0].tolist()
+        raise Mismatch(f"{label}: out_tokens[{i}, {k}] (within commit_len {commit[i].item()})",
+                       f"a token id in [0, {vocab})", f"{out[i, k].item()} ({bad.shape[0]} such tokens in "
+                       f"{out.shape[0]} rows; row {i}: {out[i].tolist()})")
 
 
 def _continued(r, width: int, next_rows, first_prev) -> torch.Tensor:
@@ -100,6 +119,7 @@ def _positional_losslessness(engine, seed, temperatures) -> None:
     tests = []
     for label, _, p, _, inputs in _positional_scenario(seed, temperatures):
         r = verify_step(engine, inputs, "block", seed=seed + len(tests))
+        _committed_in_range(r, inputs.vocab, label)
         seq = _continued(r, inputs.gamma + 1, lambda k, _: p[k].expand(inputs.bs, -1), None)
         tests += [(f"{label}: token at position {k} of the continued block", torch.bincount(seq[:, k], minlength=p.shape[1]),
                    p[k]) for k in range(inputs.gamma + 1)]
@@ -151,6 +171,7 @@ def block_losslessness(engine):
     tests = []
     for kind, target, _, anchor, lens, inputs in _markov_scenario(SEED + 1):
         r = verify_step(engine, inputs, "block", seed=SEED + 10 + len(tests))
+        _committed_in_range(r, inputs.vocab, f"{kind} drafts")
         seq = _continued(r, inputs.gamma + 1, lambda _, prev: target[prev], torch.full((inputs.bs,), anchor))
         law = oracle.continuation_law(oracle.markov(target), (anchor,), inputs.gamma + 1)
         for length in range(1, inputs.gamma + 2):
@@ -178,6 +199,7 @@ def chain_sampling_laws(engine):
     tests = []
     for kind, target, table, anchor, lens, inputs in _markov_scenario(SEED + 1):
         r = verify_step(engine, inputs, "block", seed=SEED + 10 + len(tests))
+        _committed_in_range(r, inputs.vocab, f"{kind} drafts")
         for length in range(1, inputs.gamma + 2):
             law = oracle.emitted_block_law(oracle.markov(target), oracle.markov(table), inputs.gamma, prefix=(anchor,),
                                            verify_len=length)
@@ -186,6 +208,10 @@ def chain_sampling_laws(engine):
         r = verify_step(engine, inputs, "block", seed=SEED + 10 + len(tests))
         raw = r.correct_len.to(torch.int64)
         gamma = inputs.gamma
+        bad = ((raw < 0) | (raw > gamma)).nonzero()
+        if bad.numel():  # bincount below needs it in range; outside it is the engine's failure
+            i = bad[0, 0].item()
+            raise Mismatch(f"{label}: correct_len of row {i}", f"in [0, {gamma}]", raw[i].item())
         law = oracle.accept_count_law(p, q, one_hot=kind == "one_hot")
         tests.append((f"{label}: accepted-draft count", torch.bincount(raw, minlength=gamma + 1), law))
     stats.gate(tests)

@@ -103,6 +103,47 @@ def _draft_block_table_of_another_request(mp):
     mp.setattr(speculator, "prepare_dflash_inputs", prepare)
 
 
+def _penalties_blind_to_drafts(mp):
+    """The penalties kernel counts the committed output only, not the drafts before the row (every row's local
+    position read as 0), so a draft repeated inside the block goes unpenalised."""
+    from vllm.v1.worker.gpu.sample import penalties
+
+    real = penalties.apply_penalties
+
+    def apply(logits, expanded_idx_mapping, token_ids, expanded_local_pos, *args):
+        real(logits, expanded_idx_mapping, token_ids, torch.zeros_like(expanded_local_pos), *args)
+
+    mp.setattr(penalties, "apply_penalties", apply)
+
+
+def _min_tokens_at_the_anchor(mp):
+    """LogitBiasState masks the stop ids by the anchor's position for every row of the request, so the mask ends
+    a block late."""
+    import dataclasses
+
+    from vllm.v1.worker.gpu.sample.logit_bias import LogitBiasState
+
+    real = LogitBiasState.apply
+
+    def apply(self, logits, ctx):
+        return real(self, logits, dataclasses.replace(ctx, pos=ctx.pos - ctx.expanded_local_pos.to(ctx.pos.dtype)))
+
+    mp.setattr(LogitBiasState, "apply", apply)
+
+
+def _output_not_counted(mp):
+    """The runner's post_update commits sampled tokens without the penalties' output counts (as a non-last PP rank
+    does), so penalties see the drafts but not the committed output."""
+    from vllm.v1.worker.gpu import input_batch
+
+    real = input_batch.post_update
+
+    def post_update(idx_mapping, num_computed, last_sampled, output_bin_counts, *args, **kwargs):
+        real(idx_mapping, num_computed, last_sampled, None, *args, **kwargs)
+
+    mp.setattr(input_batch, "post_update", post_update)
+
+
 BUGS = [
     ("target logits one row late", _target_rows_one_late, "VERIFY-003"),
     ("local positions numbered from 1", _local_pos_from_one, "VERIFY-003"),
@@ -111,6 +152,9 @@ BUGS = [
     ("DP coordination skipped", _dp_coordination_skipped, "DPPAD-001"),
     ("rejected context rows written", _rejected_context_rows_written, "DRAFT-002"),
     ("draft block table of another request", _draft_block_table_of_another_request, "DRAFT-001"),
+    ("penalties blind to the drafts before the row", _penalties_blind_to_drafts, "REQ-005"),
+    ("min_tokens read at the anchor's position", _min_tokens_at_the_anchor, "REQ-005"),
+    ("committed output not counted by the penalties", _output_not_counted, "REQ-005"),
 ]
 
 

@@ -87,9 +87,9 @@ class Step:
                                              num_speculative_steps=gamma, vocab_size=vocab, device=dev)
         self.sampler = names.Sampler(_CACHE["config"], self.max_num_reqs, vocab, dev, self.req_states,
                                      num_speculative_tokens=gamma + 1)
-        spec = SimpleNamespace(num_speculative_tokens=gamma, enable_adaptive_verification=False,
-                               rejection_sample_method=method, fly_entropy_threshold=0.3, fly_entropy_top_k=3,
-                               synthetic_acceptance_rates=None, fly_window_size=None)
+        self.spec = spec = SimpleNamespace(num_speculative_tokens=gamma, enable_adaptive_verification=False,
+                                           rejection_sample_method=method, fly_entropy_threshold=0.3,
+                                           fly_entropy_top_k=3, synthetic_acceptance_rates=None, fly_window_size=None)
         self.rejection_sampler = names.rejection_sampler.RejectionSampler(self.sampler, spec, dev)
         self.slots: list = []
 

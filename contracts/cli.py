@@ -32,6 +32,13 @@ contract x result table. With --json - the JSON is stdout's only output and all 
 """
 
 
+REPORT_DESCRIPTION = """Merge `check --json` results into one conformance matrix: engines as columns (each with its version,
+the run's date and harness version, where it ran, its install line and what it accepts but no contract exercised),
+contracts as rows (a known failure linked to its finding's repro and draft report, a skipped contract naming the
+capability the engine lacks). Every input is checked before anything is written; an error names the file and field.
+"""
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, like every other error of this command
         print(f"{self.prog}: {message} (see --help)", file=sys.stderr)
@@ -191,11 +198,13 @@ def exit_code(data: dict, require=(), allow_skips: bool = False) -> tuple:
     """(code, message) for a finished run's JSON, by the table in EXIT_CODES."""
     rows, counts = data["contracts"], data["counts"]
     errors = [r["id"] for r in rows if r["result"] == "harness-error"]
-    if errors:  # the harness's own code raised: nothing was learnt about the engine from those contracts
-        return FAILED, f"{len(errors)} harness error(s) (the harness's own code raised, not the engine): {', '.join(errors)}"
-    if counts["failed"]:
-        failed = [r["id"] for r in rows if r["result"] == "failed"]
-        return FAILED, f"{len(failed)} contract(s) failed: {', '.join(failed)}"
+    failed = [r["id"] for r in rows if r["result"] == "failed"]
+    if errors or failed:  # every one named: a harness error must not hide the engine's failures, nor they it
+        parts = [f"{len(failed)} contract(s) failed: {', '.join(failed)}"] if failed else []
+        if errors:  # the harness's own code raised: nothing was learnt about the engine from those contracts
+            parts.append(f"{len(errors)} harness error(s) (the harness's own code raised, not the engine): "
+                         f"{', '.join(errors)}")
+        return FAILED, "; ".join(parts)
     for level in require:
         needing = [r for r in rows if level in r.get("requires", ())]
         skipped = [r["id"] for r in needing if r["result"] == "skipped"]
@@ -222,6 +231,18 @@ def _one_torch_thread() -> None:
     torch.set_num_threads(1)  # this process imported torch already (the argument checks load the catalog)
 
 
+HYPOTHESIS_HOME = "DSPARK_HYPOTHESIS_HOME"  # read by the plugin, in this process and in xdist workers
+
+
+def _hypothesis_home() -> str:
+    """Where `check` keeps Hypothesis' files (its example database, its constants cache): a cache folder of the
+    user's, not a `.hypothesis/` left in whatever directory the check ran from. $DSPARK_HYPOTHESIS_HOME wins."""
+    if os.environ.get(HYPOTHESIS_HOME):
+        return os.environ[HYPOTHESIS_HOME]
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "dspark-contracts", "hypothesis")
+
+
 @contextlib.contextmanager
 def _placement_env(where, pack):
     """$DSPARK_DEVICE / $DSPARK_BACKEND (and what the pack adds: TRITON_INTERPRET=1 for the interpreter) while the
@@ -229,7 +250,7 @@ def _placement_env(where, pack):
     in-process)."""
     from contracts.validation import placement_env, restore_env, set_env
 
-    saved = set_env(placement_env(where, pack=pack))  # before anything imports the kernels
+    saved = set_env({**placement_env(where, pack=pack), HYPOTHESIS_HOME: _hypothesis_home()})  # before the kernels
     try:
         yield
     finally:
@@ -302,7 +323,12 @@ def _stdout_for_json(json_only: bool):
 
 
 def _run_check(args) -> int:
-    with _stdout_for_json(args.json_stdout) as json_out:
+    from contracts.engines import chosen_engine, from_cwd
+
+    # A `module:factory` and what it imports, at load or later (a method's lazy import, xdist workers, which
+    # copy this sys.path), are found from the current directory for the whole run, as under `python -m`.
+    in_cwd = from_cwd() if ":" in chosen_engine(args.engine) else contextlib.nullcontext()
+    with in_cwd, _stdout_for_json(args.json_stdout) as json_out:
         return _run_session(args, json_out)
 
 
@@ -435,31 +461,74 @@ def _write_reports(args, data: dict, code: int, json_out=None) -> int:
 
 
 def _report(args) -> int:
-    runs = []
-    try:
-        html = _output_path("--html", args.html)
-        for path in args.runs:
-            try:
-                with open(path) as f:
-                    runs.append(json.load(f))
-            except ValueError as e:  # json.JSONDecodeError names no file
-                raise ValueError(f"{path}: not a `check --json` file ({e})") from None
-        from contracts.html_report import write_html
+    """Every input read and checked, both outputs rendered, then written: a bad input or path writes nothing."""
+    from contracts import conformance
+    from contracts.html_report import link_base_for, render
 
-        try:
-            write_html(html, runs)
-        except OSError as e:  # the arguments were fine; the disk was not
-            return _write_failed(e, html)
-    except (OSError, ValueError) as e:
+    try:
+        if not (args.html or args.json):
+            raise ValueError("report: nothing to write; add --html PATH and/or --json PATH")
+        html, out_json = _output_path("--html", args.html), _output_path("--json", args.json)
+        matrix = conformance.merge(args.runs)
+        texts = []
+        if out_json:
+            texts.append((out_json, json.dumps(matrix, indent=2) + "\n"))
+        if html:
+            base = args.link_base.rstrip("/") + "/" if args.link_base else link_base_for(html)
+            texts.append((html, render(matrix, base)))
+    except ValueError as e:
         return _fail(str(e), BAD_ARGS)
-    _out(f"dspark-contracts: wrote {html} ({len(runs)} run(s))")
+    for path, text in texts:
+        try:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as e:  # the arguments were fine; the disk was not
+            return _write_failed(e, path)
+    columns = ", ".join(e["column"] for e in matrix["engines"])
+    for path, _ in texts:
+        _out(f"dspark-contracts: wrote {path} ({len(matrix['engines'])} engine(s): {columns})")
     return OK
 
 
+LIST_LEGEND = ("[...]: the capabilities an engine's pack must declare for the contract to run (else it is skipped); "
+               "docs/contracts.md has each one's statement, docs/writing-an-adapter.md what each capability promises")
+
+
+def _on_engine(contract, pack) -> str:
+    """What `check --engine` would do with `contract`, read from the pack's declarations (the engine not loaded)."""
+    missing = sorted(contract.requires - set(pack.capabilities))
+    if missing:
+        return "skipped: lacks " + ", ".join(missing)
+    if contract.id in getattr(pack, "hardening", {}):
+        return "hardening (runs with --hardening)"
+    if any(e.contract_id == contract.id for e in getattr(pack, "known_failures", ())):
+        return "runs (known failure in the ledger)"
+    return "runs"
+
+
 def _list(args) -> int:
+    from contracts.engines import EngineLoadError, chosen_engine, pack_class
     from contracts.registry import all_contracts
 
-    for c in all_contracts().values():
+    contracts = list(all_contracts().values())
+    pack = None
+    if args.engine:
+        try:
+            pack = pack_class(chosen_engine(args.engine))
+        except EngineLoadError as e:
+            return _fail(str(e), ENGINE_ERROR)
+    if pack is not None:
+        _out(f"{len(contracts)} contracts, and what `check --engine {args.engine}` does with each: runs, runs as a known "
+             "failure, hardening, or skipped for the capability named (read from its pack; the engine is not loaded)")
+        _out(f"{'contract':<12} {'on ' + args.engine:<40} statement")
+        for c in contracts:
+            _out(f"{c.id:<12} {_on_engine(c, pack):<40} {c.statement}")
+        runs = sum(_on_engine(c, pack).startswith("runs") for c in contracts)
+        _out(f"{runs} of {len(contracts)} run on {args.engine}")
+        return OK
+    _out(f"{len(contracts)} contracts. {LIST_LEGEND}")
+    _out(f"{'contract':<12} [requires] statement")
+    for c in contracts:
         _out(f"{c.id:<12} [{', '.join(sorted(c.requires))}] {c.statement}")
     return OK
 
@@ -467,7 +536,8 @@ def _list(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="dspark-contracts", description=__doc__, epilog=EXIT_CODES,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_harness_version()}")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     check = sub.add_parser("check", help="run the contracts against an engine and print the contract x result table",
                            description=CHECK_DESCRIPTION, epilog=EXIT_CODES,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -520,17 +590,39 @@ def build_parser() -> argparse.ArgumentParser:
                        help="one line per contract as it finishes (default: when stdout, or stderr under --json -, "
                             "is a terminal)")
     check.set_defaults(func=_check)
-    report = sub.add_parser("report", help="render `check --json` results (one column per run) as one HTML page",
+    report = sub.add_parser("report", help="merge `check --json` results into one conformance matrix (engines as "
+                            "columns, contracts as rows), as an HTML page and/or JSON", description=REPORT_DESCRIPTION,
                             epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    report.add_argument("runs", nargs="+", metavar="RUN.json")
-    report.add_argument("--html", required=True, metavar="PATH")
+    report.add_argument("runs", nargs="+", metavar="RUN.json",
+                        help="`check --json` files, one column each, in this order (a matrix written by --json counts "
+                             "as its columns)")
+    report.add_argument("--html", metavar="PATH", help="write the self-contained conformance page")
+    report.add_argument("--json", metavar="PATH", help="write the same matrix as JSON")
+    report.add_argument("--link-base", metavar="URL",
+                        help="put the repository's findings/ and docs/ files under this URL (e.g. the repository at a "
+                             "commit) instead of linking them relative to the page's folder")
     report.set_defaults(func=_report)
-    sub.add_parser("list", help="list the contracts").set_defaults(func=_list)
+    listing = sub.add_parser("list", help="list the contracts", description="List every contract: its id, the "
+                             "capabilities it needs and its statement; with --engine, what check would do with each on "
+                             "that engine.", epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    listing.add_argument("--engine", help="say which contracts run on this engine (entry point name or "
+                                          "module:factory), read from its pack without loading the engine")
+    listing.set_defaults(func=_list)
     return parser
 
 
+def _harness_version() -> str:
+    from contracts import __version__
+
+    return __version__
+
+
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # bare `dspark-contracts`: what it can do, not an error
+        parser.print_help()
+        return OK
     args.argv = list(sys.argv[1:] if argv is None else argv)  # `check --coverage` runs them again, measured
     try:
         code = args.func(args)

@@ -46,9 +46,11 @@ def _target(spec: str) -> str:
 
 
 @contextmanager
-def _from_cwd():
-    """The current directory first on sys.path while a `module:factory` is imported, as `python -m` puts it: a
-    user's own adapter module next to them is found without PYTHONPATH."""
+def from_cwd():
+    """The current directory first on sys.path while a `module:factory` is imported and its factory called, as
+    `python -m` puts it: a user's own adapter module next to them is found without PYTHONPATH, and so is the engine
+    module its `__init__` imports from that folder (as the adapter guide advises). `check` holds it for the whole
+    run, since a method may import lazily too."""
     cwd = os.getcwd()
     added = cwd not in sys.path
     if added:
@@ -62,7 +64,7 @@ def _from_cwd():
 
 def _import(target: str):
     module_name, _, attr = target.partition(":")
-    with _from_cwd():
+    with from_cwd():
         module = importlib.import_module(module_name)
     return getattr(module, attr)
 
@@ -90,7 +92,8 @@ def load_engine(spec: str, *, strict_version: bool = False):
     target = _target(spec)
     where = f"engine {spec!r}" + ("" if target == spec else f" ({target})")
     try:
-        engine = _import(target)()
+        with from_cwd():  # the factory may import the engine from the same folder
+            engine = _import(target)()
     except EngineLoadError:
         raise
     except Exception as e:

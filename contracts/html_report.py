@@ -1,21 +1,26 @@
-"""An offline conformance page: one self-contained HTML file (inline CSS and SVG, no script, no links out).
+"""An offline conformance page: one self-contained HTML file (inline CSS and SVG, no script, nothing loaded).
 
-Input: one or more runs as `ContractTable.as_dict()` writes them (the `check --json`
-file), each optionally with a `step_sample` (contracts.step_sample). Output, in this
-order: a summary strip (the counts per run), every failure and harness error with its
-field, expected/observed, shrunk case, repro line or traceback, the contract x engine
-matrix (one column per run; a failing cell links to its failure, a skipped cell says
-why), and per run the accept-length and verify-length histograms and tau per step.
+Input: the conformance matrix (contracts.conformance), or the runs to build it from, as `ContractTable.as_dict()`
+writes them (the `check --json` file), each optionally with a `step_sample` (contracts.step_sample). Output, in this
+order: a summary strip (the counts per engine), every failure and harness error with its field, expected/observed,
+shrunk case, repro line or traceback (a known failure with its finding), the engines (version, date, harness version,
+placement, install line, what the run did not exercise), the contract x engine matrix (a failing cell links to its
+failure, a known failure also to its finding's repro and draft report, a skipped cell names what the engine lacks),
+and per engine the accept-length and verify-length histograms and tau per step. The only links that leave the page
+are a finding's files and an engine's docs page, relative to the page (or under `link_base`).
 """
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from html import escape
+from pathlib import Path
 
+from contracts import conformance
+from contracts.conformance import RESULTS
 from contracts.report import placement_text, share_text
 
-RESULTS = ("passed", "failed", "known-failure", "hardening", "skipped", "harness-error")
 _LINKED = ("failed", "known-failure", "harness-error")  # cells that link to their details
 _CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222}
@@ -24,7 +29,8 @@ table{border-collapse:collapse}th,td{border:1px solid #ccc;padding:3px 8px;text-
 th{background:#f3f3f3}tbody th{white-space:nowrap}td.statement{max-width:560px;font-size:12px;color:#444}
 td.passed{background:#e3f5e1}td.failed{background:#f9d6d5;font-weight:bold}
 td.known-failure{background:#fdf0c8}
-td.harness-error{background:#f3d9f7;font-weight:bold}td a{color:inherit}td .why,td .share{display:block;font-size:11px;color:#555}
+td.harness-error{background:#f3d9f7;font-weight:bold}td a{color:inherit}td .why,td .share,td .finding{display:block;font-size:11px;color:#555}
+table.engines td{font-size:12px;max-width:420px}table.engines pre{font-size:11px}
 .strip{display:flex;flex-wrap:wrap;gap:10px;margin:8px 0 4px}.strip .run{border:1px solid #ccc;padding:6px 10px}
 .strip .name{font-weight:bold;margin-right:6px}.count{display:inline-block;padding:1px 6px;margin:2px;border-radius:3px}
 .count.passed{background:#e3f5e1}.count.failed{background:#f9d6d5}.count.known-failure{background:#fdf0c8}
@@ -36,27 +42,6 @@ dl{display:grid;grid-template-columns:max-content auto;gap:2px 12px}dt{font-weig
 pre{white-space:pre-wrap;word-break:break-all;background:#f7f7f7;padding:4px;margin:0}
 .charts{display:flex;flex-wrap:wrap;gap:16px}.note{color:#666}
 """
-
-
-def _check_runs(runs) -> list:
-    runs = list(runs)
-    if not runs:
-        raise ValueError("runs: expected at least one run")
-    for i, run in enumerate(runs):
-        if not isinstance(run, dict) or "contracts" not in run or "engine" not in run:
-            raise ValueError(f"runs[{i}]: expected a `check --json` result with 'engine' and 'contracts'")
-    return runs
-
-
-def _column_names(runs) -> list:
-    names = []
-    for run in runs:
-        name = run["engine"] + (f" {run['engine_version']}" if run.get("engine_version") else "")
-        where = (run.get("engine_device"), run.get("engine_backend"))
-        if where[1] and where != ("cpu", "torch"):  # e.g. the same engine's CPU run next to its Triton run
-            name += f" {where[0]}/{where[1]}"
-        names.append(name if name not in names else f"{name} (run {len(names) + 1})")
-    return names
 
 
 def bar_chart(title: str, labels, values, *, x_label: str = "", y_label: str = "count", width: int = 380,
@@ -122,76 +107,86 @@ def step_charts(sample) -> str:
     return "".join(out)
 
 
+
 def _anchor(run_index: int, cid: str) -> str:
     return f"f{run_index}-{cid}"
 
 
-def _skip_reason(row, run) -> str:
-    """Why a contract was skipped: the capabilities the engine lacks, else the skip's own words."""
-    missing = sorted(set(row.get("requires") or ()) - set(run.get("capabilities") or ()))
-    if missing:
-        return "lacks " + ", ".join(missing)
-    return (row.get("detail") or "").removeprefix("Skipped: ")
+def _href(path: str, base: str) -> str:
+    return escape(base + path, quote=True)
 
 
-def _cell(row, run, run_index: int) -> str:
-    result = row["result"]
+def _finding_links(finding, base: str) -> str:
+    links = [f'<a href="{_href(finding["repro"], base)}">repro</a>']
+    if finding.get("report"):
+        links.append(f'<a href="{_href(finding["report"], base)}">report</a>')
+    return " ".join(links)
+
+
+def _cell(cell, index: int, cid: str, base: str) -> str:
+    result = cell["result"]
     text = escape(result)
     if result in _LINKED:
-        text = f'<a href="#{_anchor(run_index, row["id"])}">{text}</a>'
+        text = f'<a href="#{_anchor(index, cid)}">{text}</a>'
     why = ""
     if result == "skipped":
-        why = _skip_reason(row, run)
+        missing = cell.get("missing")
+        why = "lacks " + ", ".join(missing) if missing else (cell.get("detail") or "").removeprefix("Skipped: ")
     elif result == "hardening":
         why = "not run (hardening)"
-    share = share_text(float(row.get("example_share", 1)), float(row.get("draw_share", 1)))
+    share = share_text(float(cell.get("example_share", 1)), float(cell.get("draw_share", 1)))
     why = f'<span class="why">{escape(why)}</span>' if why else ""
     why += f'<span class="share">{escape(share)}</span>' if share else ""
-    tip = f' title="{escape(row["detail"])}"' if row.get("detail") else ""
-    return f'<td class="{escape(result)}"{tip}>{text} <small>{float(row["seconds"]):.1f}s</small>{why}</td>'
+    if result == "known-failure" and "finding" in cell:
+        finding = cell["finding"]
+        why += (f'<span class="finding">{_finding_links(finding, base)}</span>' if finding else
+                '<span class="finding">not a finding (ledger: by design)</span>')
+    tip = f' title="{escape(cell["detail"])}"' if cell.get("detail") else ""
+    return f'<td class="{escape(result)}"{tip}>{text} <small>{float(cell.get("seconds", 0)):.1f}s</small>{why}</td>'
 
 
-def _matrix(runs, names) -> str:
-    ids = sorted({r["id"] for run in runs for r in run["contracts"]})
-    by_run = [{r["id"]: r for r in run["contracts"]} for run in runs]
-    statements = {r["id"]: r["statement"] for run in runs for r in run["contracts"]}
+def _matrix(matrix, names, base: str) -> str:
     head = "".join(f"<th>{escape(n)}</th>" for n in names)
     rows = [f'<table class="matrix"><thead><tr><th>contract</th>{head}<th>statement</th></tr></thead><tbody>']
-    for cid in ids:
-        cells = []
-        for i, (table, run) in enumerate(zip(by_run, runs)):
-            row = table.get(cid)
-            cells.append('<td class="absent">not run</td>' if row is None else _cell(row, run, i))
-        rows.append(f'<tr id="{escape(cid)}"><th>{escape(cid)}</th>{"".join(cells)}'
-                    f'<td class="statement">{escape(statements[cid])}</td></tr>')
+    for c in matrix["contracts"]:
+        cells = ['<td class="absent">not run</td>' if c["cells"].get(n) is None else _cell(c["cells"][n], i, c["id"], base)
+                 for i, n in enumerate(names)]
+        rows.append(f'<tr id="{escape(c["id"])}"><th>{escape(c["id"])}</th>{"".join(cells)}'
+                    f'<td class="statement">{escape(c.get("statement") or "")}</td></tr>')
     rows.append("</tbody></table>")
     return "".join(rows)
 
 
-def _failures(run, name, run_index: int) -> str:
+def _failures(matrix, name, index: int, base: str) -> str:
     order = {"failed": 0, "harness-error": 1, "known-failure": 2}  # new failures first
-    bad = sorted((r for r in run["contracts"] if r["result"] in order), key=lambda r: (order[r["result"]], r["id"]))
+    bad = [{"id": c["id"], **c["cells"][name]} for c in matrix["contracts"]
+           if c["cells"].get(name) is not None and c["cells"][name]["result"] in order]
     if not bad:
         return ""
     out = [f"<h3>{escape(name)}: failures</h3>"]
-    for r in bad:
-        out.append(f'<div class="failure {escape(r["result"])}" id="{_anchor(run_index, r["id"])}">'
+    for r in sorted(bad, key=lambda r: (order[r["result"]], r["id"])):
+        out.append(f'<div class="failure {escape(r["result"])}" id="{_anchor(index, r["id"])}">'
                    f'<h4><a href="#{escape(r["id"])}">{escape(r["id"])}</a> ({escape(r["result"])})</h4><dl>')
         out.append(f"<dt>detail</dt><dd>{escape(r.get('detail') or '')}</dd>")
         f = r.get("failure") or {}
         for key in ("field", "expected", "observed", "where", "case", "repro"):
             if f.get(key):
                 out.append(f"<dt>{key}</dt><dd><pre>{escape(f[key])}</pre></dd>")
+        finding = r.get("finding")
+        if finding:
+            out.append(f"<dt>finding</dt><dd>{_finding_links(finding, base)}: <code>{escape(finding['repro'])}</code>"
+                       + "".join(f"<br>{k}: {escape(finding[k])}" for k in ("status", "severity", "path") if finding.get(k))
+                       + "</dd>")
         if r.get("traceback"):
             out.append(f"<dt>traceback</dt><dd><pre>{escape(r['traceback'])}</pre></dd>")
         out.append("</dl></div>")
     return "".join(out)
 
 
-def _summary(runs, names) -> str:
-    """The strip at the top: per run, how many contracts had each result."""
+def _summary(engines, names) -> str:
+    """The strip at the top: per engine, how many contracts had each result."""
     out = ['<div class="strip">']
-    for run, name in zip(runs, names):
+    for run, name in zip(engines, names):
         counts = run.get("counts") or {}
         shown = [k for k in RESULTS if k != "harness-error" or counts.get(k)]
         badges = "".join(f'<span class="count {k}">{counts.get(k, 0)} {"known" if k == "known-failure" else k}</span>'
@@ -208,34 +203,96 @@ def _version_line(run) -> str:
     if not line:
         return ""
     untested = " untested" if run.get("engine_tested") is False else ""
-    return f'<span class="version{untested}">{escape(line)}</span>; '
+    return f'<span class="version{untested}">{escape(line)}</span>'
 
 
-def _run_info(run, name) -> str:
-    c, h = run.get("counts", {}), run.get("hypothesis") or {}
+def _install(run, base: str) -> str:
+    install = run.get("install")
+    if not install:
+        return '<span class="note">no docs page in this checkout</span>'
+    command = f"<pre>{escape(install['command'])}</pre>" if install.get("command") else ""
+    return f'<a href="{_href(install["doc"], base)}">{escape(install["doc"])}</a>{command}'
+
+
+def _hypothesis(run) -> str:
+    h = run.get("hypothesis") or {}
     seed = "derandomized" if h.get("derandomize") else f"seed {h.get('seed') or 'random'}"
-    caps = ", ".join(run.get("capabilities") or []) or "?"
-    where = placement_text(run.get("engine_device") or "?", run.get("engine_backend"))
-    return (f"<li><b>{escape(name)}</b>: {_version_line(run)}{escape(where)}; capabilities: {escape(caps)}; "
-            f"Hypothesis profile {escape(str(h.get('profile')))} ({seed}, max_examples {h.get('max_examples')}); "
-            + ", ".join(f"{c.get(k, 0)} {k}" for k in RESULTS if k != "harness-error" or c.get(k)) + "</li>")
+    return escape(f"{h.get('profile')} ({seed}, max_examples {h.get('max_examples')})")
 
 
-def render(runs) -> str:
-    """The whole page as one string."""
-    runs = _check_runs(runs)
-    names = _column_names(runs)
+def _parameters(run) -> str:
+    """Request parameters the engine accepts by its pack's word that no contract exercised on it."""
+    if "unexercised_parameters" not in run:  # a run that predates the field
+        return ""
+    gap = run.get("unexercised_parameters")
+    if gap is None:
+        return '<span class="note">none declared</span>'
+    return f'<span class="gap">{escape(", ".join(gap))}</span>' if gap else "none"
+
+
+def _options(run) -> str:
+    """The pack's declared options the contracts do not turn on (the reason as a tip), and its engine's options the
+    pack does not list."""
+    if "options" not in run:
+        return ""
+    idle = sorted((name, why) for name, why in (run.get("options") or {}).items() if why)
+    out = ", ".join(f'<span class="gap" title="{escape(why)}">{escape(name)}</span>' for name, why in idle) or "none"
+    if run.get("unlisted_options"):
+        out += f'; <span class="gap">not listed by the pack: {escape(", ".join(run["unlisted_options"]))}</span>'
+    return out
+
+
+def _engines(engines, names, base: str) -> str:
+    """One column per engine: what made the run, and what it did not exercise."""
+    fields = [
+        ("version", _version_line),
+        ("run", lambda r: escape(r.get("date") or "")),
+        ("harness", lambda r: escape(f"dspark-contracts {r['harness_version']}") if r.get("harness_version") else ""),
+        ("where", lambda r: escape(placement_text(r.get("engine_device") or "?", r.get("engine_backend")))),
+        ("install", lambda r: _install(r, base)),
+        ("Hypothesis", _hypothesis),
+        ("results", lambda r: escape(", ".join(f"{(r.get('counts') or {}).get(k, 0)} {k}" for k in RESULTS
+                                               if k != "harness-error" or (r.get("counts") or {}).get(k)))),
+        ("capabilities", lambda r: escape(", ".join(r.get("capabilities") or []) or "?")),
+        ("request parameters accepted, not exercised", _parameters),
+        ("options not exercised", _options),
+        ("from", lambda r: escape(r.get("source") or "")),
+    ]
+    head = "".join(f"<th>{escape(n)}</th>" for n in names)
+    rows = [f'<table class="engines"><thead><tr><th></th>{head}</tr></thead><tbody>']
+    for label, show in fields:
+        rows.append(f"<tr><th>{escape(label)}</th>" + "".join(f"<td>{show(r)}</td>" for r in engines) + "</tr>")
+    rows.append("</tbody></table>")
+    return "".join(rows)
+
+
+def matrix_of(runs) -> dict:
+    """A matrix as given (checked), or the one built from `runs`."""
+    if isinstance(runs, dict) and "format" in runs:
+        return conformance.check_matrix(runs, "matrix")
+    return conformance.build(runs)
+
+
+def render(runs, link_base: str = "") -> str:
+    """The whole page as one string, from the matrix or the runs to build it from; `link_base` is put before a
+    finding's or docs page's repository path (a page at the repository's root needs none)."""
+    matrix = matrix_of(runs)
+    engines = matrix["engines"]
+    names = [e["column"] for e in engines]
+    made = f"{len(engines)} engine(s), {len(matrix['contracts'])} contracts; made {matrix.get('date')} by " \
+           f"dspark-contracts {matrix.get('harness_version')}"
     parts = ["<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
              "<title>dspark-contracts conformance</title>", f"<style>{_CSS}</style></head><body>",
-             "<h1>dspark-contracts conformance</h1>", _summary(runs, names), "<h2 id=\"failures\">Failures</h2>"]
-    failures = [_failures(run, n, i) for i, (run, n) in enumerate(zip(runs, names))]
+             "<h1>dspark-contracts conformance</h1>", f'<p class="note">{escape(made)}</p>', _summary(engines, names),
+             "<h2 id=\"failures\">Failures</h2>"]
+    failures = [_failures(matrix, n, i, link_base) for i, n in enumerate(names)]
     parts.append("".join(failures) or '<p class="note">none</p>')
-    parts += ["<h2>Runs</h2>", "<ul class=\"runs\">", *(_run_info(run, n) for run, n in zip(runs, names)), "</ul>",
-              "<h2>Contracts</h2>", _matrix(runs, names)]
+    parts += ["<h2>Engines</h2>", _engines(engines, names, link_base), "<h2>Contracts</h2>",
+              _matrix(matrix, names, link_base)]
     parts.append("<h2>Step level</h2>")
-    for run, n in zip(runs, names):
+    for run, n in zip(engines, names):
         parts.append(f'<section class="steps"><h3>{escape(n)}</h3>{step_charts(run.get("step_sample"))}</section>')
-    measured = [(run, n) for run, n in zip(runs, names) if run.get("coverage")]
+    measured = [(run, n) for run, n in zip(engines, names) if run.get("coverage")]
     if measured:
         parts.append("<h2>Engine-code coverage</h2>")
         parts.extend(_coverage(run["coverage"], n) for run, n in measured)
@@ -251,7 +308,13 @@ def _coverage(rows, name) -> str:
             f"<th>covered</th><th>branches</th><th>covered</th></tr>{body}</table></section>")
 
 
-def write_html(path: str, runs) -> None:
-    text = render(runs)  # rendered first: a bad run leaves no half-written page
+def link_base_for(path: str) -> str:
+    """The repository's root as seen from the folder the page is written to (`../../` for .ci/artifacts/)."""
+    rel = os.path.relpath(conformance.ROOT, Path(path).resolve().parent).replace(os.sep, "/")
+    return "" if rel == "." else rel + "/"
+
+
+def write_html(path: str, runs, link_base=None) -> None:
+    text = render(runs, link_base_for(path) if link_base is None else link_base)  # first: a bad run writes nothing
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)

@@ -79,6 +79,28 @@ def drain(engine, handle, max_steps: int = 200) -> None:
     expect(False, "generation", f"done within {max_steps} steps", f"requests {sorted(live)} still running")
 
 
+def serve(engine, case, on_step=None, max_steps: int = 200):
+    """Serve a LoopCase in a fresh engine: the first request joins after one step of the others (a join mid-run),
+    then step until none is live, calling `on_step(handle, step, view)` after each step; returns the handle."""
+    handle = engine.new_engine(case.spec)
+    first, rest = case.requests[:1], case.requests[1:]
+    engine.add_requests(handle, list(rest or first), join_via(engine, "pd"))
+    pending = list(first) if rest else []
+    for step in range(max_steps):
+        if not any(v.live for v in engine.request_views(handle)):
+            if not pending:
+                return handle
+        else:
+            view = engine.step(handle)
+            if on_step is not None:
+                on_step(handle, step, view)
+        if pending:
+            engine.add_requests(handle, pending, join_via(engine, "local"))
+            pending = []
+    live = sorted(v.rid for v in engine.request_views(handle) if v.live)
+    expect(False, "generation", f"done within {max_steps} steps", f"requests {live} still running")
+
+
 def greedy_reference(engine, handle, req) -> list:
     """Plain greedy decoding of the engine's own target, one target call per token."""
     seq, out = list(req.prompt), []

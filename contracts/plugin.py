@@ -12,6 +12,7 @@ keeps the table as its `table` attribute; `--contracts-json PATH` writes it as J
 from __future__ import annotations
 
 import os
+from datetime import datetime, timezone
 
 import pytest
 from hypothesis import settings
@@ -42,6 +43,7 @@ _PLACEMENT = pytest.StashKey[object]()  # contracts.validation.Placement
 _SAVED_ENV = pytest.StashKey[dict]()
 _PRELOADED = pytest.StashKey[bool]()
 _LOAD_WARNINGS = pytest.StashKey[list]()
+_HYPOTHESIS_HOME = pytest.StashKey[object]()  # Hypothesis' home folder before `check` moved it
 
 
 class _Hooks:
@@ -85,6 +87,11 @@ def pytest_configure(config):
         config.addinivalue_line("markers", f"{name}: {text}")
     if config.getoption("hypothesis_profile", None) is None:
         settings.load_profile(profiles.default_profile())
+    if os.environ.get("DSPARK_HYPOTHESIS_HOME"):  # set by `check`: no .hypothesis/ in the user's directory
+        from hypothesis import configuration
+
+        config.stash[_HYPOTHESIS_HOME] = getattr(configuration, "__hypothesis_home_directory", None)
+        configuration.set_hypothesis_home_dir(os.environ["DSPARK_HYPOTHESIS_HOME"])
     config.stash[_TABLE] = table = ContractTable(engine=chosen_engine(config.getoption("engine")))
     for w in config.stash.get(_LOAD_WARNINGS, ()):
         table.note_warning(w.category.__name__, str(w.message), f"{w.filename}:{w.lineno}")
@@ -103,8 +110,12 @@ def pytest_configure(config):
 
 
 def _selects_gpu_tier(markexpr: str) -> bool:
-    """Whether `-m EXPR` selects a test marked only b300 (and gpu): `-m b300` does, `-m cpu` and `-m "not b300"` do not."""
-    if not markexpr:
+    """Whether `-m EXPR` asks for the GPU tier: it names b300 or gpu and selects a test marked only those. `-m b300`
+    does; `-m cpu`, `-m "not b300"` and `-m "not nightly"` (which names no GPU marker: the GPU tests it also selects
+    are collected and skipped without CUDA, as under plain `pytest`) do not."""
+    import re
+
+    if not markexpr or not re.search(r"\b(b300|gpu)\b", markexpr):
         return False
     from _pytest.mark.expression import Expression  # pytest's own -m parser; a bad expression is pytest's to report
 
@@ -150,6 +161,10 @@ def pytest_unconfigure(config):
     from contracts.validation import restore_env
 
     restore_env(config.stash.get(_SAVED_ENV, {}))  # an in-process session (pytester) leaves no trace
+    if _HYPOTHESIS_HOME in config.stash:
+        from hypothesis.configuration import set_hypothesis_home_dir
+
+        set_hypothesis_home_dir(config.stash[_HYPOTHESIS_HOME])
 
 
 class Preloaded:
@@ -247,15 +262,21 @@ def pytest_report_header(config):
     spec = chosen_engine(config.getoption("engine"))
     where = config.stash[_PLACEMENT]
     lines = [f"dspark-contracts: hypothesis profile={_profile_name()}",
-             f"engine: {spec} (loaded on first use), device={where.device}, backend={_backend_text(where)}"]
+             f"engine: {spec} (loaded on first use), device={where.device}, backend={_backend_text(where, spec)}"]
     env = {k: v for k, v in os.environ.items() if k.startswith("DSPARK_")}
     if env:
         lines.append("env: " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
     return lines
 
 
-def _backend_text(where) -> str:
-    text = where.backend if where.requested != "auto" else f"auto ({where.backend} for the reference engine)"
+def _backend_text(where, spec: str) -> str:
+    """The backend as the chosen engine resolves it: `auto` left to an engine that runs its own kernels says so."""
+    if where.requested != "auto":
+        text = where.backend
+    elif where.backend == "auto":  # the pack takes no backend: it runs its own kernels
+        text = "the engine's own"
+    else:
+        text = f"auto ({where.backend} for {spec})"
     return text + (", Triton interpreter" if where.interpreted else "")
 
 
@@ -290,18 +311,43 @@ def pytest_runtest_makereport(item, call):
     violation = None if exc is None or props else find_violation(exc)
     if violation is not None:
         props = failure_properties(violation)
+        if report.failed and item.config.getoption("tbstyle", "auto") == "auto":
+            report.longrepr = _violation_text(violation)
     report.user_properties.extend(props)
     item.user_properties.extend(props)  # the teardown report carries them on, into --junitxml
     return report
 
 
+def _violation_text(violation) -> str:
+    """An engine's violation under pytest's default traceback style: the violation itself (field, expected/observed,
+    the raising frame, the repro line with its case), not ~40 lines of the harness's own frames around it, which say nothing about the engine. An
+    explicit --tb (check passes short) keeps pytest's traceback."""
+    lines = [f"{violation.contract_id} [engine={violation.engine}] — {violation.what}: expected {violation.expected}, "
+             f"observed {violation.observed}"]
+    lines += [f"  raised at: {violation.where}"] if violation.where else []
+    lines += [f"  repro: {violation.repro}"] if violation.repro else []
+    return "\n".join(lines + ["(the statement is in the table below; the harness's traceback: --tb=short)"])
+
+
+KNOWN_FAILURES, HARDENING_NOT_RUN = "known failures", "hardening not run"  # the table's words, in pytest's counts
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_report_teststatus(report, config):
     result = yield
-    if result and config.getoption("contracts_progress") and "dspark_contract" in dict(report.user_properties):
-        category, _letter, word = result
-        return category, "", word  # the progress line replaces the dot
-    return result
+    props = dict(report.user_properties)
+    if not result or "dspark_contract" not in props:
+        return result
+    category, letter, word = result
+    # pytest's last line counts what the table counts: a ledger xfail as a known failure, a hardening contract
+    # left out as not run (not one more skip), so the two lines agree.
+    if hasattr(report, "wasxfail") and report.skipped:
+        category = KNOWN_FAILURES
+    elif report.skipped and "dspark_hardening" in props:
+        category = HARDENING_NOT_RUN
+    if config.getoption("contracts_progress"):
+        letter = ""  # the progress line replaces the dot
+    return category, letter, word
 
 
 class _Recorder:
@@ -352,6 +398,7 @@ def pytest_sessionfinish(session):
         return
     table = config.stash[_TABLE]
     table.hypothesis = _hypothesis_info(config)
+    table.date = datetime.now(timezone.utc).isoformat(timespec="seconds")
     path = config.getoption("contracts_json")
     if path:  # written even when no contract ran, so a caller can tell "none ran" from "crashed"
         table.write_json(path)
@@ -359,12 +406,54 @@ def pytest_sessionfinish(session):
 
 
 def pytest_terminal_summary(terminalreporter, config):
+    if hasattr(config, "workerinput"):
+        return
+    _skip_summary(terminalreporter)
     table = config.stash[_TABLE]
-    if not table.rows or hasattr(config, "workerinput"):
+    if not table.rows:
         return
     terminalreporter.section("dspark contracts")
+    # Among other tests (`pytest -m cpu`) the table is one part of the run: only the rows that need reading.
+    brief = _other_tests(terminalreporter) and not config.getoption("contracts_verbose")
     # The engine's version line heads the table, unless `check` printed it before the session.
     for line in table.lines(version_line=not config.stash.get(_PRELOADED, False),
                             verbose=config.getoption("contracts_verbose"),
-                            show_warnings=config.getoption("contracts_show_warnings")):
+                            show_warnings=config.getoption("contracts_show_warnings"), brief=brief,
+                            width=_width(terminalreporter)):
         terminalreporter.write_line(line)
+
+
+def _other_tests(terminalreporter) -> bool:
+    """Whether the session ran tests besides the contract suite (`pytest -m cpu`); read from the reports, which
+    reach the controller under xdist (its items do not)."""
+    return any(getattr(r, "when", None) in ("call", "setup") and "dspark_contract" not in dict(r.user_properties)
+               for reports in terminalreporter.stats.values() for r in reports if hasattr(r, "user_properties"))
+
+
+def _width(terminalreporter) -> int:
+    """The terminal's width, at least 80 columns; 140 where the output is no terminal (a CI log, a pipe, an xdist
+    worker, which sets COLUMNS=80 for none), as there is no width to fit."""
+    from contracts.table_text import WIDTH
+
+    if not terminalreporter.isatty:
+        return WIDTH
+    return max(80, terminalreporter._tw.fullwidth)
+
+
+def _skip_summary(terminalreporter) -> None:
+    """Every skip counted by its reason, one line each: a skip here is a test for an engine, a device or a capability
+    this machine or engine lacks, and says which (contract rows are the table's, below)."""
+    reasons: dict = {}
+    for report in terminalreporter.stats.get("skipped", ()):
+        if "dspark_contract" in dict(report.user_properties) or not isinstance(report.longrepr, tuple):
+            continue
+        reason = report.longrepr[2].removeprefix("Skipped: ")
+        reasons[reason] = reasons.get(reason, 0) + 1
+    if not reasons:
+        return
+    terminalreporter.section("skipped tests")
+    terminalreporter.write_line(f"{sum(reasons.values())} skipped, by reason (a test of an engine or a device this "
+                                "machine lacks skips by design: each engine installs on its own, see its docs/engines "
+                                "page; -rs lists each test):")
+    for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1]):
+        terminalreporter.write_line(f"  {n:>4}  {reason}")

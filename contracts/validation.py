@@ -12,7 +12,7 @@ import os
 from typing import Iterable, NamedTuple, Optional
 
 from contracts import budget
-from contracts.protocol import CAPABILITIES, REQUEST_PARAMETERS, exercised_parameters
+from contracts.protocol import CAPABILITIES, OPTIONS, REQUEST_PARAMETERS, exercised_parameters
 
 _STR_FIELDS = ("name", "version", "device")
 DEVICES = ("cpu", "cuda")
@@ -48,6 +48,7 @@ def validate_adapter(engine) -> None:
         raise ValueError(f"capabilities: unknown {', '.join(map(repr, unknown))}{hints} "
                          f"(known: {', '.join(sorted(CAPABILITIES))})")
     _check_parameters(engine, caps)
+    _check_options(engine, caps)
     gaps = []
     for cap in sorted(caps):
         spec = CAPABILITIES[cap]
@@ -60,6 +61,24 @@ def validate_adapter(engine) -> None:
         raise TypeError("capabilities: declared but not implemented: " + "; ".join(gaps))
 
 
+def _check_options(engine, caps) -> None:
+    """`engine_options` is a tuple of EngineOption, names unique, kinds known; declaring `options` promises one the
+    contracts can turn on."""
+    from contracts.boundary.engine import OPTION_KINDS, EngineOption
+
+    opts = getattr(engine, "engine_options", ())
+    if not isinstance(opts, tuple) or not all(isinstance(o, EngineOption) for o in opts):
+        raise TypeError(f"engine_options: expected a tuple of EngineOption, got {opts!r}")
+    names = [o.name for o in opts]
+    if len(set(names)) != len(names):
+        raise ValueError(f"engine_options: names repeat: {sorted(n for n in set(names) if names.count(n) > 1)}")
+    bad = [f"{o.name}: {o.kind!r}" for o in opts if o.kind not in OPTION_KINDS]
+    if bad:
+        raise ValueError(f"engine_options: unknown kind ({'; '.join(bad)}); known: {', '.join(OPTION_KINDS)}")
+    if OPTIONS in caps and not any(not o.not_exercised for o in opts):
+        raise ValueError("engine_options: the 'options' capability needs at least one option the contracts can turn on")
+
+
 def _check_parameters(engine, caps) -> None:
     """`accepted_parameters` names known request parameters, and holds every one the declared capabilities exercise
     (a pack that exercises a parameter its engine does not accept is a pack bug, caught here, not a finding)."""
@@ -70,10 +89,12 @@ def _check_parameters(engine, caps) -> None:
     if unknown:
         raise ValueError(f"accepted_parameters: unknown {', '.join(map(repr, unknown))} "
                          f"(known: {', '.join(REQUEST_PARAMETERS)})")
-    exercised = exercised_parameters(caps)
-    if not accepted:  # a pack that lists nothing is held only to the request.* parameters it exercises
-        exercised = {p for p in exercised if REQUEST_PARAMETERS[p] != "step"}
-    extra = sorted(exercised - set(accepted))
+    # The step level's sampling knobs belong to the machine, mapped as each engine allows (DeepSpec has no top_k);
+    # of a request.* family the strategies draw only the parameters the engine accepts, so a declared family needs
+    # at least one of them.
+    exercised = {p for p in exercised_parameters(caps) if REQUEST_PARAMETERS[p] != "step"}
+    empty = {REQUEST_PARAMETERS[p] for p in exercised} - {REQUEST_PARAMETERS[p] for p in exercised & set(accepted)}
+    extra = sorted(p for p in exercised if REQUEST_PARAMETERS[p] in empty)
     if extra:
         raise ValueError(f"accepted_parameters: the capabilities exercise {', '.join(extra)}, which the engine does not "
                          f"accept (not in accepted_parameters)")

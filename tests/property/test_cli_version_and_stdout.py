@@ -152,6 +152,50 @@ def test_a_module_factory_in_the_current_directory_loads_in_process(in_tmp_dir):
     assert data["engine"] == "mine (my_engine:make)" and data["counts"]["passed"] == 2
 
 
+# A pack as the adapter guide has it, in two modules: the adapter imports its engine in `__init__` (from the same
+# folder), and a method imports one more module lazily.
+TWO_PACK = textwrap.dedent("""
+    from contracts.adapters.reference import ReferenceAdapter
+
+    class Two(ReferenceAdapter):
+        name = "two"
+
+        def __init__(self):
+            import two_engine  # the engine, next to this module
+            super().__init__()
+            self.ops = two_engine
+
+        def greedy_accept(self, inputs):
+            import two_lazy  # imported on first use, while the check runs
+            return two_lazy.greedy(super(), inputs)
+""")
+
+
+def _two_module_pack(folder):
+    (folder / "two_pack.py").write_text(TWO_PACK)
+    (folder / "two_engine.py").write_text("KIND = 'engine'\n")
+    (folder / "two_lazy.py").write_text("def greedy(base, inputs):\n    return base.greedy_accept(inputs)\n")
+    for name in ("two_pack", "two_engine", "two_lazy"):
+        sys.modules.pop(name, None)
+
+
+def test_a_pack_whose_init_imports_its_engine_from_the_current_directory_loads(in_tmp_dir):
+    from contracts.engines import load_engine
+
+    _two_module_pack(in_tmp_dir)
+    engine = load_engine("two_pack:Two")
+    assert engine.ops.KIND == "engine" and str(in_tmp_dir) not in sys.path  # sys.path is left as it was
+
+
+def test_check_finds_a_two_module_pack_and_its_lazy_imports_from_the_current_directory(in_tmp_dir):
+    _two_module_pack(in_tmp_dir)
+    p = inprocess.check("--engine", "two_pack:Two", "--contract", "VERIFY-003", "--profile", "ci", "--json", "r.json")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert json.loads((in_tmp_dir / "r.json").read_text())["counts"]["passed"] == 1
+    for name in ("two_pack", "two_engine", "two_lazy"):
+        sys.modules.pop(name, None)
+
+
 # The report tests' engine with counts scaled twice, and a `make` factory for a `module:factory` spec.
 DOUBLING = REPORT_DOUBLING + "\n\ndef make():\n    return Doubling()\n"
 

@@ -132,3 +132,33 @@ def test_check_counts_engine_warnings_and_prints_them_with_the_flag(tmp_path):
     assert "warnings summary" not in p.stdout and "scaling is deprecated here" not in p.stdout
     p = inprocess.check(*args, "--show-engine-warnings", env={"CI": "true"}, path=[tmp_path])
     assert "    scaling is deprecated here" in p.stdout and "    loading the warning engine" in p.stdout, p.stdout[-2000:]
+
+
+@pytest.mark.parametrize("width", [100, 200])
+def test_the_table_fits_the_terminal_it_is_given(width):
+    table = _pack_table(SGLangAdapter)
+    lines = table.lines(width=width)
+    assert all(len(line) <= width for line in lines), max(lines, key=len)
+    row = next(line for line in lines if line.startswith("HANDOFF-001 "))
+    statement = CONTRACTS["HANDOFF-001"].statement
+    assert len(row) == min(width, len(row.split(statement[:20])[0]) + len(statement)), row  # cut only at the width
+
+
+def test_a_brief_table_lists_only_the_rows_to_read():
+    table = _pack_table(SGLangAdapter)
+    lines = table.lines(brief=True)
+    known = {r.id for r in table.rows.values() if r.result == "known-failure"}
+    listed = {line.split()[0] for line in lines if re.match(r"[A-Z]+-\d{3} ", line)}
+    assert listed == known, listed ^ known
+    assert any("passed contracts not listed here" in line for line in lines)
+
+
+@pytest.mark.parametrize("hypothesis, text", [
+    ({"profile": "dev", "derandomize": False, "max_examples": 50, "seed": None}, "(random seed, max_examples=50)"),
+    ({"profile": "dev", "derandomize": False, "max_examples": 50, "seed": "7"}, "(seed=7, max_examples=50)"),
+    ({"profile": "ci", "derandomize": True, "max_examples": 100}, "(derandomized, max_examples=100)")])
+def test_the_hypothesis_line_never_prints_seed_none(hypothesis, text):
+    table = _pack_table(SGLangAdapter)
+    table.hypothesis = hypothesis
+    line = next(x for x in table.lines() if x.startswith("hypothesis: "))
+    assert line.endswith(text) and "None" not in line, line

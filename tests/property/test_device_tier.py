@@ -194,7 +194,7 @@ def test_repro_lines_replay_on_the_same_device_and_backend():
 @pytest.mark.e2e
 @no_cuda
 def test_b300_without_cuda_collects_and_skips_everything():
-    p = inprocess.pytest_run("-m", "b300", "-q", "-p", "no:cacheprovider", "--allow-no-gpu")
+    p = inprocess.pytest_run("-m", "b300", "-q", "-p", "no:cacheprovider", "--allow-no-gpu", "-rs")  # -rs: per file
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr
     summary = p.stdout.strip().splitlines()[-1]
     assert " skipped" in summary and "passed" not in summary and "failed" not in summary and "error" not in summary

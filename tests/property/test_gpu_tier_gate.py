@@ -19,7 +19,10 @@ def _no_placement_env(monkeypatch):
 
 
 @pytest.mark.parametrize("expr, selects", [("b300", True), ("gpu", True), ("b300 or cpu", True), ("cpu", False),
-                                           ("not b300", False), ("cpu and not gpu", False), ("bench", False), ("", False)])
+                                           ("not b300", False), ("cpu and not gpu", False), ("bench", False), ("", False),
+                                           # names no GPU marker: the GPU tests it selects are skipped without CUDA
+                                           ("not nightly", False), ("not bench and not e2e", False),
+                                           ("not (cpu or nightly)", False)])
 def test_which_marker_expressions_select_the_gpu_tier(expr, selects):
     assert _selects_gpu_tier(expr) is selects
 
@@ -31,6 +34,13 @@ def test_b300_without_cuda_is_one_line_and_runs_nothing():
     lines = [line for line in p.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "the GPU tier needs CUDA" in lines[0] and "--allow-no-gpu" in lines[0], p.stderr
     assert "skipped" not in p.stdout and "passed" not in p.stdout
+
+
+@no_cuda
+def test_an_expression_naming_no_gpu_marker_runs_without_cuda_and_skips_the_gpu_tests():
+    p = inprocess.pytest_run("-m", "not nightly", "-q", "-p", "no:cacheprovider", "tests/gpu")
+    assert p.returncode in (0, pytest.ExitCode.NO_TESTS_COLLECTED), p.stdout[-2000:] + p.stderr
+    assert "the GPU tier needs CUDA" not in p.stdout + p.stderr
 
 
 @no_cuda

@@ -129,3 +129,45 @@ def test_a_harness_error_outranks_the_other_results_and_keeps_its_traceback():
 
     code, message = exit_code(table.as_dict())
     assert code == FAILED and "harness error" in message
+
+
+class _LeavesPlaceholder:
+    """An engine whose finalize leaves -1 where the bonus belongs: its own bad output, not the harness's."""
+
+    @staticmethod
+    def make():
+        from contracts.adapters.reference import ReferenceAdapter
+        from contracts.boundary.verify import CommitResult
+
+        class LeavesPlaceholder(ReferenceAdapter):
+            name = "leaves-placeholder"
+
+            def finalize(self, inputs, accept):
+                r = super().finalize(inputs, accept)
+                out = r.out_tokens.clone()
+                out[torch.arange(out.shape[0]), r.commit_len - 1] = -1
+                return CommitResult(r.commit_len, r.new_seq_lens, out)
+
+        return LeavesPlaceholder()
+
+
+@pytest.mark.parametrize("cid", ["LOSSLESS-003", "LOSSLESS-004", "LOSSLESS-005", "LOSSLESS-006"])
+def test_an_out_of_range_committed_token_is_the_engines_violation_naming_it(cid):
+    from contracts.registry import all_contracts
+    from contracts.runner import violation_of
+
+    v = violation_of(all_contracts()[cid], _LeavesPlaceholder.make())  # not a HarnessError (a bincount crash)
+    assert "out_tokens[" in v.what and "within commit_len" in v.what, v.what
+    assert v.expected.startswith("a token id in [0, ") and str(v.observed).startswith("-1 "), v
+
+
+def test_the_last_line_names_every_failure_and_every_harness_error():
+    from contracts.cli import FAILED, exit_code
+
+    rows = [{"id": "LOSSLESS-003", "result": HARNESS_ERROR}, {"id": "VERIFY-001", "result": "failed"},
+            {"id": "VERIFY-002", "result": "failed"}, {"id": "VERIFY-003", "result": "passed"}]
+    counts = {"failed": 2, "passed": 1, "skipped": 0, "known-failure": 0}
+    code, message = exit_code({"contracts": rows, "counts": counts, "engine": "x"})
+    assert code == FAILED
+    assert "2 contract(s) failed: VERIFY-001, VERIFY-002" in message and "1 harness error(s)" in message, message
+    assert "LOSSLESS-003" in message, message

@@ -56,11 +56,27 @@ REQUEST_MIN_P = "request.min-p"
 REQUEST_LOGIT_BIAS = "request.logit-bias"
 REQUEST_STOP_TOKENS = "request.stop-tokens"  # stop_token_ids, ignore_eos
 REQUEST_STATE = "request.state"  # per step, each live request's parameter state (penalty counts, min_new_tokens progress)
+# One greedy verify batch of whole requests through the engine's verify entry point: each row's committed output,
+# drafts, raw target logits and parameters in, the emitted tokens out. For engines without a step level (vLLM V1),
+# and a fast exact check for those with one. It exercises the families that act inside a verify (penalties,
+# min_new_tokens, logit bias); stop tokens end a request after the verify, min_p never moves a greedy argmax.
+REQUEST_VERIFY = "request.verify"
+# The engine's documented passive and output-preserving options (`engine_options`, EngineOption), which the step
+# level's new_engine turns on through EngineSpec.options: each must change no output (OPT-001).
+OPTIONS = "options"
 RANKS = "ranks"
 RANKS_TP = "ranks.tp-sync"  # a tensor-parallel group's verify on real rank processes, with the engine's own sync
+# DP ranks through whole steps in each verify mode and step kind the engine declares (rank_verify_modes,
+# rank_step_kinds), idle ranks among them: prefill, decode and PD-handoff steps, and steps no rank has work in.
+RANKS_STEPS = "ranks.steps"
 KV = "kv"  # what a decode step reserves in the KV cache, and who writes the allocation lengths
 GRAPH = "graph"  # which captured CUDA graph a live batch is admitted to, and the geometry replayed
 RELAY = "relay.confidence"  # which earlier draft confidence a step's verify budget reads (row reuse, lag)
+# The relay runs on a stream surface it is handed (contracts.streams): its copies complete when a schedule says so.
+RELAY_STREAMS = "relay.streams"
+# `run_confidence_relay` honours RelayStep.prealloc: a row taken before its request joins (a PD decode server's
+# pre-allocation while the KV transfer is in flight), as the engine's PD decode path takes it.
+RELAY_PREALLOC = "relay.prealloc"
 DRAFT = "draft"  # the draft forward's positions and KV slots, and the commit of target features into its context
 DRAFT_ORACLE = "draft.oracle-verify"  # an oracle drafter's block verified greedily (the draft slots' alignment)
 DRAFT_MARKOV = "draft.markov-block"  # Markov block sampling from given per-position logits, and the law left for verify
@@ -131,8 +147,12 @@ CAPABILITIES: Mapping[str, Capability] = {
     REQUEST_LOGIT_BIAS: Capability(None),
     REQUEST_STOP_TOKENS: Capability(None),
     REQUEST_STATE: Capability("contracts.boundary.engine:RequestStateLevel", ("param_states",)),
+    REQUEST_VERIFY: Capability("contracts.boundary.verify:RequestVerifyLevel", ("verify_requests",)),
+    OPTIONS: Capability(None, (), ("engine_options",)),
     RANKS: Capability("contracts.boundary.ranks:RanksLevel", ("run_rank_scenario",)),
     RANKS_TP: Capability("contracts.boundary.ranks:TpRanksLevel", ("run_tp_scenario",)),
+    RANKS_STEPS: Capability("contracts.boundary.ranks:RankStepsLevel", ("run_rank_steps",),
+                            ("rank_verify_modes", "rank_step_kinds")),
     KV: Capability("contracts.boundary.kv:KvLevel", ("kv_admission_limit", "kv_prompt_limit", "kv_page_sizes",
                                                                     "run_kv_steps")),
     GRAPH: Capability("contracts.boundary.graph:GraphLevel", ("graph_admission", "graph_default_capture_bs")),
@@ -140,6 +160,8 @@ CAPABILITIES: Mapping[str, Capability] = {
     DRAFT_ORACLE: Capability("contracts.boundary.draft:OracleDraftLevel", ("oracle_draft_verify",)),
     DRAFT_MARKOV: Capability("contracts.boundary.draft:MarkovDraftLevel", ("markov_draft",)),
     RELAY: Capability("contracts.boundary.relay:ConfidenceRelayLevel", ("run_confidence_relay",), ("confidence_relay_lag",)),
+    RELAY_STREAMS: Capability("contracts.boundary.streams:StreamRelayLevel", ("run_confidence_relay_on",)),
+    RELAY_PREALLOC: Capability(None),  # a promise about run_confidence_relay (relay.confidence)
 }
 
 
@@ -156,8 +178,24 @@ REQUEST_PARAMETERS: Mapping[str, Optional[str]] = {
 }
 
 
-def exercised_parameters(capabilities) -> frozenset:
-    """The request parameters a pack with these capabilities exercises (a request.* one needs the level too)."""
+# The families a verify batch exercises (REQUEST_VERIFY); the step level's REQUEST exercises every family.
+VERIFY_FAMILIES = frozenset({REQUEST_PENALTIES, REQUEST_MIN_NEW_TOKENS, REQUEST_LOGIT_BIAS})
+VERIFY_SETTINGS = frozenset({"temperature", "top_k", "top_p"})  # the verify level's cases carry these too
+
+
+def exercised_parameters(capabilities, accepted=()) -> frozenset:
+    """The request parameters a pack with these capabilities exercises (a request.* one needs a level too: the step
+    level's whole requests, or the verify level's batches for the families that act inside a verify). Given the
+    engine's `accepted` list, a family's parameter the engine refuses is never drawn (DeepSpec's stop list without
+    ignore_eos), so it is not exercised either."""
     caps = frozenset(capabilities)
-    return frozenset(p for p, cap in REQUEST_PARAMETERS.items()
-                     if cap is not None and cap in caps and (cap == STEP or REQUEST in caps))
+    refused = {p for p, cap in REQUEST_PARAMETERS.items() if accepted and cap != STEP and p not in accepted}
+
+    def exercised(p, cap) -> bool:
+        if cap == STEP:
+            return STEP in caps or (p in VERIFY_SETTINGS and VERIFY in caps)
+        if cap is None or cap not in caps:
+            return False
+        return REQUEST in caps or (REQUEST_VERIFY in caps and cap in VERIFY_FAMILIES)
+
+    return frozenset(p for p, cap in REQUEST_PARAMETERS.items() if p not in refused and exercised(p, cap))

@@ -32,8 +32,9 @@ DOCUMENTED = {
     "deepspec findings": ("findings/README.md", ["bash findings/run_all.sh deepspec"]),
     "vllm-dspark venv": ("docs/engines/vllm-dspark.md", ["python -m venv", "torch==2.13.0", ".[test]"]),
     "vllm-dspark install": ("docs/engines/vllm-dspark.md", ["bash scripts/install_vllm_dspark.sh"]),
-    "vllm-dspark check": ("docs/engines/vllm-dspark.md", ["check --engine vllm-dspark --contract DPPAD-001"]),
+    "vllm-dspark check": ("docs/engines/vllm-dspark.md", ["check --engine vllm-dspark"]),
     "vllm-dspark meta-tests": ("docs/engines/vllm-dspark.md", ["-q -p no:cacheprovider tests/vllm_dspark"]),
+    "conformance report": ("docs/cli.md", ["dspark-contracts report", "--html", "--json"]),
 }
 QUICK_START = ("main job", "tests")
 
@@ -75,3 +76,16 @@ def test_every_other_ci_step_is_documented():
         for fragment in fragments:
             assert fragment in steps[name], f".ci/run step {name!r} no longer runs {fragment!r}: {steps[name]}"
             assert fragment in doc, f"{page} does not show what .ci/run step {name!r} runs: {fragment!r}"
+
+
+def test_the_deepspec_page_names_one_engine_and_how_to_get_its_tree():
+    """A fresh clone has no DeepSpec tree: the page must say how to get it at the commit the pack was tested with,
+    and its heading must name the `--engine` its commands run."""
+    from contracts.adapters.deepspec.env import DEEPSPEC_COMMIT
+
+    text = (ROOT / "docs" / "engines" / "deepspec.md").read_text()
+    heading = re.findall(r"`--engine ([^`]+)`", text.splitlines()[0])
+    commands = set(re.findall(r"check --engine ([^\s`]+)", _flat(text)))
+    assert heading == ["deepspec"] and commands == {"deepspec"}, (heading, commands)
+    assert "git clone https://github.com/deepseek-ai/DeepSpec ../shared/engines/deepspec" in text
+    assert f"checkout {DEEPSPEC_COMMIT}" in text

@@ -9,13 +9,16 @@ version is the tree's commit. DeepSpec runs in its own venv (transformers 5.10.2
 
 `DeepSpecAdapter(confidence_threshold=t)` runs the evaluator with its confidence head truncating proposals at t
 (default 0, the evaluator's default: never); with t > 0 it declares step.self-truncating (a static step verifies the
-cut, LOOP-003). `check` runs the default; tests/deepspec run t = 0.5.
+cut, LOOP-003). `check` runs the default, and the threshold at 0.5 through the `options` capability (options.py):
+DIST-002 runs its first configuration again with the truncation on (the paper's non-anticipation condition at a
+non-zero threshold) and OPT-001 holds greedy outputs to those at 0. tests/deepspec also run the whole adapter at 0.5.
 
 Declared: verify, verify.distributions, verify.chain-sampling (accept with min(1, p/q), else the residual
 max(p - q, 0)), step, step.seeded-sampling (each request's generation is seeded by the engine seed and its id),
 step.draft-draws (each round's sampled block, the proposal its confidence head kept and the proposal's draft_probs:
 DIST-002 holds the drafter's multinomial draws to the law the verify scores them with, and the truncation to
-non-anticipation), step.draft-context (the target features each round's `_update` hands the drafter, against a
+non-anticipation), options (the evaluator's confidence_threshold, an output-preserving mode: options.py),
+step.draft-context (the target features each round's `_update` hands the drafter, against a
 float64 forward of the committed sequence: LOOP-008), draft.markov-block (`build_dspark_proposal` on logits the
 contract chooses: DRAFT-004, markov_block.py).
 Not declared, with the reason:
@@ -32,7 +35,14 @@ Not declared, with the reason:
   - step.laws: drafts are multinomial draws (`sample_tokens`), so there is no Gumbel noise to report;
   - draft: its observation is paged-KV slots and a request-to-token row (SGLang's layout); DeepSpec's draft block
     writes a DynamicCache by position. The draft law and the truncation are checked through step.draft-draws
-    (DIST-002); the drafter's context through step.draft-context (LOOP-008) and its length (LOOP-002).
+    (DIST-002); the drafter's context through step.draft-context (LOOP-008) and its length (LOOP-002);
+  - request.penalties, .min-new-tokens, .min-p, .logit-bias, .state, .verify (REQ-002, 004, 005): DeepSpec takes
+    temperature, max_new_tokens, its model's EOS ids as one stop list, and a run seed, nothing else (params.py, with
+    file:line), so no per-request parameter state and nothing applied inside its verify. Its stop list is
+    request.stop-tokens (REQ-001 greedy, REQ-003's stop-list configuration sampled); ignore_eos, which it has no
+    switch for, is never drawn (not in accepted_parameters). The seed is not exercised (no contract reads a seed
+    parameter).
+`accepted_parameters` is params.ACCEPTED_PARAMETERS; the report lists those no contract exercises.
 """
 
 from __future__ import annotations
@@ -41,6 +51,8 @@ from contracts import protocol
 from contracts.adapters.deepspec import env as deepspec_env
 from contracts.adapters.deepspec.ledger import KNOWN_FAILURES
 from contracts.adapters.deepspec.markov_block import DeepSpecMarkovDraft
+from contracts.adapters.deepspec.options import ENGINE_OPTIONS
+from contracts.adapters.deepspec.params import ACCEPTED_PARAMETERS
 from contracts.adapters.deepspec.step import DeepSpecStep
 from contracts.adapters.deepspec.verify import DeepSpecVerify
 
@@ -50,6 +62,8 @@ class DeepSpecAdapter(DeepSpecVerify, DeepSpecMarkovDraft, DeepSpecStep):
     device = "cpu"
     tested_versions = (deepspec_env.DEEPSPEC_COMMIT,)
     known_failures = KNOWN_FAILURES
+    accepted_parameters = ACCEPTED_PARAMETERS
+    engine_options = ENGINE_OPTIONS
     # Contracts whose inputs DeepSpec's own producers never emit: run only with --hardening, never findings.
     hardening = {
         "VERIFY-011": "DeepSpec's evaluator samples softmax(logits/T) only: no producer sets a top-k or top-p, which "
@@ -69,7 +83,8 @@ class DeepSpecAdapter(DeepSpecVerify, DeepSpecMarkovDraft, DeepSpecStep):
                         "deepspec.modeling.dspark.qwen3.modeling", "deepspec.utils.sampling")
     capabilities = frozenset({protocol.VERIFY, protocol.VERIFY_DISTRIBUTIONS, protocol.VERIFY_CHAIN, protocol.STEP,
                               protocol.STEP_SEEDED_SAMPLING, protocol.STEP_DRAFT_DRAWS,
-                              protocol.STEP_DRAFT_CONTEXT, protocol.DRAFT_MARKOV})
+                              protocol.STEP_DRAFT_CONTEXT, protocol.DRAFT_MARKOV, protocol.REQUEST,
+                              protocol.REQUEST_STOP_TOKENS, protocol.OPTIONS})
 
     def __init__(self, confidence_threshold: float = 0.0):
         if isinstance(confidence_threshold, bool) or not isinstance(confidence_threshold, (int, float)) \

@@ -22,10 +22,13 @@ from contracts.adapters.sglang.handoff import SGLangHandoff
 from contracts.adapters.sglang.kv import SGLangKv
 from contracts.adapters.sglang.ledger import KNOWN_FAILURES, PD_KNOWN_FAILURES
 from contracts.adapters.sglang.markov_block import SGLangMarkovDraft
+from contracts.adapters.sglang.options import ENGINE_OPTIONS, PD_ENGINE_OPTIONS
+from contracts.adapters.sglang.options import option_names as _option_names
 from contracts.adapters.sglang.pd_step import SGLangPdStep
 from contracts.adapters.sglang.planner import SGLangPlanner
 from contracts.adapters.sglang.ranks import SGLangRanks
 from contracts.adapters.sglang.relay import SGLangRelay
+from contracts.adapters.sglang.request_verify import SGLangRequestVerify
 from contracts.adapters.sglang.runtime import runtime
 from contracts.adapters.sglang.step import SGLangStep
 from contracts.adapters.sglang.verify import SGLangVerify
@@ -50,6 +53,8 @@ REQUEST_SEMANTICS = RequestSemantics(repetition_counts_prompt=False, repetition_
 # docs/engines/sglang.md). On sglang-pd every admission also runs SGLang's prefill Scheduler.
 REQUEST_SHARES = {"REQ-001": 0.5}
 REQUEST_DRAW_SHARE = 0.3
+# OPT-001: each example builds a Scheduler with the option on (about 0.7 s) and serves the requests twice.
+OPTION_SHARES = {"OPT-001": 1.0}
 PD_REQUEST_SHARES = {"REQ-001": 0.25, "REQ-002": 0.5, "REQ-004": 0.5}
 # The step level passes every whole-request parameter through SGLang's SamplingParams, and reads the penalizers.
 REQUEST_CAPABILITIES = frozenset({protocol.REQUEST, protocol.REQUEST_PENALTIES, protocol.REQUEST_MIN_NEW_TOKENS,
@@ -58,7 +63,7 @@ REQUEST_CAPABILITIES = frozenset({protocol.REQUEST, protocol.REQUEST_PENALTIES, 
 
 
 class SGLangAdapter(SGLangHandoff, SGLangDpMetadata, SGLangKv, SGLangGraph, SGLangPlanner, SGLangDraft, SGLangMarkovDraft,
-                    SGLangRanks, SGLangRelay, SGLangVerify, SGLangStep):
+                    SGLangRanks, SGLangRelay, SGLangVerify, SGLangRequestVerify, SGLangStep):
     name = "sglang"
     device = "cpu"
     tested_versions = (sglang_env.SGLANG_VERSION,)
@@ -74,7 +79,8 @@ class SGLangAdapter(SGLangHandoff, SGLangDpMetadata, SGLangKv, SGLangGraph, SGLa
     # machine run (contracts.machine.shared_runs), which costs what their four half runs did.
     # VERIFY-013/014's mixed batches always take the chain kernel (a greedy row is a top-k cut), interpreted: a fifth.
     example_shares = {**{f"HANDOFF-{i:03d}": 0.25 for i in range(1, 11)},
-                      **{f"LOOP-{i:03d}": 0.5 for i in (5, 6)}, "VERIFY-013": 0.2, "VERIFY-014": 0.2, **REQUEST_SHARES}
+                      **{f"LOOP-{i:03d}": 0.5 for i in (5, 6)}, "VERIFY-013": 0.2, "VERIFY-014": 0.2, **REQUEST_SHARES,
+                      **OPTION_SHARES}
     # REQ-003's rows are a real Scheduler's requests (two static configurations, each n requests decoded at once).
     draw_shares = {"REQ-003": REQUEST_DRAW_SHARE}
     # Contracts whose rule the engine does not follow on purpose: known failures that are not findings.
@@ -98,7 +104,15 @@ class SGLangAdapter(SGLangHandoff, SGLangDpMetadata, SGLangKv, SGLangGraph, SGLa
     capabilities = frozenset({protocol.HANDOFF, protocol.DP_METADATA, protocol.KV, protocol.GRAPH, protocol.PLANNER,
                               protocol.DRAFT, protocol.DRAFT_ORACLE, protocol.DRAFT_MARKOV, protocol.VERIFY, protocol.VERIFY_DISTRIBUTIONS,
                               protocol.VERIFY_CHAIN, protocol.VERIFY_CAP_TRIM, protocol.VERIFY_MIXED, protocol.RANKS_TP, protocol.RELAY,
-                              protocol.STEP, protocol.STEP_LAWS, protocol.STEP_DRAFT_DRAWS}) | REQUEST_CAPABILITIES
+                              protocol.RELAY_PREALLOC,  # RELAY-002 on the CUDA ring branch (relay.py)
+                              protocol.STEP, protocol.STEP_LAWS, protocol.STEP_DRAFT_DRAWS, protocol.REQUEST_VERIFY,
+                              protocol.OPTIONS}) | REQUEST_CAPABILITIES
+    # SGLang's SGLANG_DSPARK_* settings, classified from its code (contracts.adapters.sglang.options).
+    engine_options = ENGINE_OPTIONS
+
+    def option_names(self) -> tuple:
+        """Every SGLANG_DSPARK_* setting SGLang's env registry has (the report lists the ones not declared)."""
+        return _option_names()
 
     def __init__(self):
         sglang_env.check_sglang_installed()  # every load: one line naming the install command, never a fallback
@@ -124,8 +138,9 @@ class SGLangPdAdapter(SGLangPdStep, SGLangAdapter):
 
     name = "sglang-pd"
     capabilities = frozenset({protocol.STEP, protocol.STEP_PD, protocol.STEP_PD_DECODE, protocol.STEP_LAWS,
-                              protocol.STEP_DRAFT_DRAWS}) | REQUEST_CAPABILITIES
+                              protocol.STEP_DRAFT_DRAWS, protocol.OPTIONS}) | REQUEST_CAPABILITIES
     # LOOP-001..004 share one run in full, as on sglang; each PD admission also runs SGLang's prefill Scheduler.
-    example_shares = {**{f"LOOP-{i:03d}": 0.5 for i in range(5, 8)}, **PD_REQUEST_SHARES}
+    example_shares = {**{f"LOOP-{i:03d}": 0.5 for i in range(5, 8)}, **PD_REQUEST_SHARES, "OPT-001": 0.25}
+    engine_options = PD_ENGINE_OPTIONS  # static verify only: the ragged-mode settings run on sglang
     known_failures = PD_KNOWN_FAILURES
     hardening = {}

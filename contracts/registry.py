@@ -7,7 +7,7 @@ import inspect
 import pkgutil
 import re
 from dataclasses import dataclass
-from typing import Callable, FrozenSet, Optional, Tuple
+from typing import Callable, FrozenSet, Optional, Tuple, Union
 
 _ID = re.compile(r"^[A-Z][A-Z0-9]*-\d{3}$")
 _REGISTRY: dict[str, "Contract"] = {}
@@ -20,13 +20,17 @@ class Contract:
     requires: FrozenSet[str]
     check: Callable  # check(engine, case) with `cases`, else check(engine)
     cases: Optional[Callable] = None  # () or (engine=) -> hypothesis strategy of boundary cases
-    examples: Tuple = ()  # cases that always run (regressions, seed bugs)
+    # Cases that always run (regressions, seed bugs), or examples(engine=) -> such cases, built around the engine.
+    examples: Union[Tuple, Callable] = ()
     max_examples: Optional[int] = None
     marks: Tuple[str, ...] = ()  # extra pytest marks, e.g. "stat"
 
     def strategy(self, engine):
         """The cases' strategy; `cases(engine=...)` where it takes the engine, to draw around the engine's own limits."""
         return self.cases(engine=engine) if "engine" in inspect.signature(self.cases).parameters else self.cases()
+
+    def examples_for(self, engine) -> tuple:
+        return tuple(self.examples(engine=engine)) if callable(self.examples) else self.examples
 
 
 def contract(id: str, statement: str, *, requires, cases=None, examples=(), max_examples=None, marks=()):
@@ -37,7 +41,8 @@ def contract(id: str, statement: str, *, requires, cases=None, examples=(), max_
     def register(fn):
         if id in _REGISTRY:
             raise ValueError(f"id: contract {id} is registered twice")
-        _REGISTRY[id] = Contract(id, statement, frozenset(requires), fn, cases, tuple(examples), max_examples, tuple(marks))
+        _REGISTRY[id] = Contract(id, statement, frozenset(requires), fn, cases,
+                                 examples if callable(examples) else tuple(examples), max_examples, tuple(marks))
         return fn
 
     return register

@@ -141,7 +141,7 @@ def _run_contract(contract: Contract, engine, profile, seed, settings_overrides)
     test = given(case=contract.strategy(engine))(run)
     if seed is not None:
         test = hypothesis_seed(seed)(test)
-    for ex in reversed(contract.examples):
+    for ex in reversed(contract.examples_for(engine)):
         test = example(case=ex)(test)
     settings(base, **overrides)(test)()
 

@@ -13,7 +13,7 @@ from contracts.checks import expect_equal
 from contracts.machine import serve
 from contracts.protocol import OPTIONS, STEP, STEP_SEEDED_SAMPLING
 from contracts.registry import contract
-from contracts.strategies.options import option_cases
+from contracts.strategies.options import every_option_once, option_cases
 
 
 def _outputs(engine, case, options) -> dict:
@@ -24,7 +24,8 @@ def _outputs(engine, case, options) -> dict:
 @contract("OPT-001", "each option the engine documents as passive or output-preserving changes no output: over the "
           "same requests and engine configuration, on and off give the same greedy tokens and finish reasons, and the "
           "same sampled tokens for the same seed where the option promises it and the engine's sampling is seeded",
-          requires={STEP, OPTIONS}, cases=lambda *, engine: option_cases(engine=engine), max_examples=40)
+          requires={STEP, OPTIONS}, cases=lambda *, engine: option_cases(engine=engine), max_examples=40,
+          examples=every_option_once)
 def options_change_no_output(engine, case: OptionCase):
     opt = next(o for o in engine.engine_options if o.name == case.option)
     off = _outputs(engine, case.case, ((opt.name, opt.off),))

@@ -3,9 +3,14 @@ it off and on (greedy and sampled, with the parameters the pack exercises)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis import strategies as st
+from hypothesis.errors import NoSuchExample
 
 from contracts.boundary.engine import OptionCase
+from contracts.request_oracle import PARAMETER_DEFAULTS
 from contracts.strategies.request import request_loop_cases
 
 
@@ -18,3 +23,33 @@ def option_cases(draw, *, engine=None) -> OptionCase:
     names = [o.name for o in exercised_options(engine)]
     option = draw(st.sampled_from(names), label="option")
     return OptionCase(option, draw(request_loop_cases(engine=engine), label="case"))
+
+
+def _several_steps(case) -> bool:
+    reqs = case.requests
+    return (len(reqs) >= 2 and any(r.greedy for r in reqs) and any(not r.greedy for r in reqs)
+            and min(r.max_new_tokens for r in reqs) >= 4)
+
+
+def _plain(case):
+    """The case with every whole-request parameter at its off value (always admitted)."""
+    return replace(case, requests=tuple(replace(r, **PARAMETER_DEFAULTS) for r in case.requests))
+
+
+def every_option_once(*, engine) -> tuple:
+    """One fixed case per exercised option, so each check turns every declared option on at least once (the drawn
+    cases add more): the first request set the engine's own strategy generates with a greedy and a sampled request of
+    at least 4 tokens each (any request set where the engine admits no such pair), its whole-request parameters off
+    (observers skip a step whose logits carry penalties or a bias, so they would see nothing). Deterministic:
+    Hypothesis' `find`, derandomized, generates the same case every run; it is not shrunk (a quarter second, not two)."""
+    names = [o.name for o in exercised_options(engine)]
+    if not names:
+        return ()
+    quiet = settings(database=None, derandomize=True, max_examples=2000,
+                     suppress_health_check=list(HealthCheck), phases=[Phase.generate])
+    strategy = request_loop_cases(engine=engine)
+    try:
+        base = find(strategy, _several_steps, settings=quiet)
+    except NoSuchExample:
+        base = find(strategy, lambda case: True, settings=quiet)
+    return tuple(OptionCase(name, _plain(base)) for name in names)

@@ -258,7 +258,10 @@ class _Slot:
             # The scheduler's watchdog SIGQUITs this process's PARENT when no batch progresses for watchdog_timeout
             # (300 s): a Scheduler left idle between contracts, or one slowed by coverage, killed `check`'s caller.
             # A day is never reached by a contract; an engine hang still shows as the contract's own timeout.
-            watchdog_timeout=86400.0, soft_watchdog_timeout=None, **server_args)
+            watchdog_timeout=86400.0, soft_watchdog_timeout=None,
+            # With options on, the passive read-outs run every step: the decode log line (the block-accept estimate's
+            # suffix among it) and the server-info poll (`iterate`), as an operator watching a live server sees them.
+            **({"decode_log_interval": 1} if options is not None else {}), **server_args)
         self.context = create_scheduler_context(self.server_args)
         with self._options_applied(), scheduler_env(self.context), scheduler_construction():
             self.port_args = PortArgs.init_new(self.server_args)
@@ -334,7 +337,17 @@ class _Slot:
 
     def iterate(self):
         """One iteration of event_loop_normal / event_loop_overlap; returns the batch it ran (None when idle). Under
-        overlap the queued result is processed before returning (see the module docstring)."""
+        overlap the queued result is processed before returning (see the module docstring). With options on, then
+        the server-info poll (`get_internal_state`, what /server_info sends; its DSpark part is the info dumper's
+        record): a passive read-out between steps must change no output either (OPT-001)."""
+        batch = self._iterate()
+        if self.options is not None:
+            from sglang.srt.managers.io_struct import GetInternalStateReq
+
+            self.scheduler.get_internal_state(GetInternalStateReq())
+        return batch
+
+    def _iterate(self):
         s = self.scheduler
         s.ingest_requests()
         plan = s.get_next_batch_to_run(running_batch=s.running_batch, last_batch=s.last_batch)
@@ -622,9 +635,7 @@ class SGLangStep:
         return handle
 
     def _slot_for(self, spec):
-        from contracts.adapters.sglang.options import option_slot
-
-        from contracts.adapters.sglang.options import VERIFY_MODE
+        from contracts.adapters.sglang.options import VERIFY_MODE, option_slot
 
         g, overlap, sfa, mode = spec.gamma, spec.enable_overlap, spec.sample_from_anchor, spec.verify_mode
 

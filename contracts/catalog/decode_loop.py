@@ -18,8 +18,9 @@ from contracts import budget, oracle, stats
 from contracts.boundary.engine import EngineSpec, LoopCase, RequestSpec
 from contracts.checks import expect, expect_equal
 from contracts.machine import drain, engine_specs, join_via, run_decode_loop, single_thread
-from contracts.protocol import STEP, STEP_DRAFT_CONTEXT, STEP_LAWS, STEP_PD, STEP_RAGGED, STEP_SEEDED_SAMPLING
+from contracts.protocol import STEP, STEP_DRAFT_CONTEXT, STEP_LAWS, STEP_PD, STEP_SEEDED_SAMPLING
 from contracts.registry import contract
+from contracts.step_modes import law_configs
 from contracts.strategies.engine import law_cases, loop_cases, request_specs
 
 MACHINE_EXAMPLES, MACHINE_STEPS = 40, 10
@@ -255,8 +256,8 @@ def exact_window_law(engine, handle, prompt, length: int, window: slice, setting
           "top-k 3 and top-p 0.7 (fixed seeds; one gate, family-wise false alarm <= 1e-3)",
           requires={STEP}, marks=("stat",))
 def sequence_law(engine):
-    # An engine without the ragged verify modes is held to the static configurations (each keeps its own seed).
-    configs = [(seed, c) for seed, c in enumerate(DIST_CONFIGS) if c[0] == "static" or STEP_RAGGED in engine.capabilities]
+    # The static configurations, and the ragged ones the engine runs (contracts.step_modes; each keeps its own seed).
+    configs = law_configs(engine, list(enumerate(DIST_CONFIGS)), mode_of=lambda sc: sc[1][0])
     family = stats.Gate(len(configs))  # gated per configuration: a failing one ends the run
     with single_thread():
         for seed, (mode, frac, drafter, settings) in configs:

@@ -29,8 +29,9 @@ from contracts.boundary.engine import EngineSpec, RequestSpec
 from contracts.catalog.decode_loop import MAX_STEPS
 from contracts.checks import expect, expect_equal
 from contracts.machine import join_via, single_thread
-from contracts.protocol import DRAFT_MARKOV, OPTIONS, STEP, STEP_DRAFT_DRAWS, STEP_RAGGED
+from contracts.protocol import DRAFT_MARKOV, OPTIONS, STEP, STEP_DRAFT_DRAWS
 from contracts.registry import contract
+from contracts.step_modes import law_configs
 
 DRAW_VOCAB, DRAW_GAMMA, DRAW_N, DRAW_TOKENS = 6, 4, 120, 12
 DRAW_PROMPT = (1, 2, 3)
@@ -92,7 +93,7 @@ def draw_moving_options(engine) -> tuple:
           "moves the draws on, e.g. a confidence truncation; fixed seeds; one gate, family-wise false alarm <= 1e-3)",
           requires={STEP, STEP_DRAFT_DRAWS}, marks=("stat",))
 def draft_law(engine):
-    runs = [c for c in DRAW_CONFIGS if c[0] == "static" or STEP_RAGGED in engine.capabilities]
+    runs = law_configs(engine, DRAW_CONFIGS)
     runs = [(c, ()) for c in runs] + [(runs[0], (o,)) for o in draw_moving_options(engine)]
     family = stats.Gate(len(runs))
     uniform = {b: 1.0 / PIT_BINS for b in range(PIT_BINS)}

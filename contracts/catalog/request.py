@@ -20,8 +20,9 @@ from contracts import budget, request_oracle, stats
 from contracts.boundary.engine import EngineSpec, LoopCase, RequestSpec
 from contracts.checks import expect, expect_equal
 from contracts.machine import drain, join_via, serve, single_thread
-from contracts.protocol import REQUEST, REQUEST_PARAMETERS, REQUEST_STATE, REQUEST_VERIFY, STEP, STEP_LAWS, STEP_RAGGED
+from contracts.protocol import REQUEST, REQUEST_PARAMETERS, REQUEST_STATE, REQUEST_VERIFY, STEP, STEP_LAWS
 from contracts.registry import contract
+from contracts.step_modes import law_configs
 from contracts.strategies.request import request_loop_cases, request_verify_cases
 
 MAX_STEPS = 200
@@ -97,9 +98,9 @@ REQ_CONFIGS = (
 def _configs(engine) -> list:
     """The configurations whose parameters this engine's pack exercises, in the verify modes it runs."""
     caps = engine.capabilities
-    return [(seed, mode, frac, drafter, req) for seed, (mode, frac, drafter, req) in enumerate(REQ_CONFIGS)
-            if {REQUEST_PARAMETERS[p] for p in request_oracle.parameters_used(req)} <= caps
-            and (mode == "static" or STEP_RAGGED in caps)]
+    exercised = [(seed, mode, frac, drafter, req) for seed, (mode, frac, drafter, req) in enumerate(REQ_CONFIGS)
+                 if {REQUEST_PARAMETERS[p] for p in request_oracle.parameters_used(req)} <= caps]
+    return law_configs(engine, exercised, mode_of=lambda c: c[1])
 
 
 @contract("REQ-003", "sampled requests with penalties, min_p, min_new_tokens, stop token ids and logit bias follow the "

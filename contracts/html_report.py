@@ -29,7 +29,8 @@ table{border-collapse:collapse}th,td{border:1px solid #ccc;padding:3px 8px;text-
 th{background:#f3f3f3}tbody th{white-space:nowrap}td.statement{max-width:560px;font-size:12px;color:#444}
 td.passed{background:#e3f5e1}td.failed{background:#f9d6d5;font-weight:bold}
 td.known-failure{background:#fdf0c8}
-td.harness-error{background:#f3d9f7;font-weight:bold}td a{color:inherit}td .why,td .share,td .finding{display:block;font-size:11px;color:#555}
+td.harness-error{background:#f3d9f7;font-weight:bold}td a{color:inherit}
+td .why,td .share,td .finding{display:block;font-size:11px;color:#555}
 table.engines td{font-size:12px;max-width:420px}table.engines pre{font-size:11px}
 .strip{display:flex;flex-wrap:wrap;gap:10px;margin:8px 0 4px}.strip .run{border:1px solid #ccc;padding:6px 10px}
 .strip .name{font-weight:bold;margin-right:6px}.count{display:inline-block;padding:1px 6px;margin:2px;border-radius:3px}

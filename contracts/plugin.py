@@ -320,8 +320,8 @@ def pytest_runtest_makereport(item, call):
 
 def _violation_text(violation) -> str:
     """An engine's violation under pytest's default traceback style: the violation itself (field, expected/observed,
-    the raising frame, the repro line with its case), not ~40 lines of the harness's own frames around it, which say nothing about the engine. An
-    explicit --tb (check passes short) keeps pytest's traceback."""
+    the raising frame, the repro line with its case), not ~40 lines of the harness's own frames around it, which say
+    nothing about the engine. An explicit --tb (check passes short) keeps pytest's traceback."""
     lines = [f"{violation.contract_id} [engine={violation.engine}] — {violation.what}: expected {violation.expected}, "
              f"observed {violation.observed}"]
     lines += [f"  raised at: {violation.where}"] if violation.where else []

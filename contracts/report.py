@@ -235,7 +235,8 @@ class ContractTable:
         info = self.engine_info
         date = self.date or datetime.now(timezone.utc).isoformat(timespec="seconds")
         # Which harness and when: a report read later, or next to another run, must say what produced it.
-        data = {"harness_version": __version__, "date": date, "engine": self.engine, "engine_name": info.get("name"), "engine_spec": info.get("spec"),
+        data = {"harness_version": __version__, "date": date, "engine": self.engine, "engine_name": info.get("name"),
+                "engine_spec": info.get("spec"),
                 "engine_version": info.get("version"), "engine_device": info.get("device"),
                 "engine_backend": info.get("backend"), "engine_tested_versions": info.get("tested_versions"),
                 "engine_tested": info.get("tested"), "engine_version_line": info.get("version_line"),

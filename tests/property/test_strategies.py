@@ -759,12 +759,12 @@ def test_prealloc_relay_programs_keep_the_pool():
     @given(relay.prealloc_relay_cases())
     def pool(c):
         assert c.pd_decode and c.overlap
-        joins = {r: s for s, st in enumerate(c.steps) for r in st.join}
+        joins = {r: s for s, step in enumerate(c.steps) for r in step.join}
         for s, b in enumerate(c.batches()):
             reserved = [r for r, t in c.taken().items() if t <= s < joins[r]]
             assert len(b) + len(reserved) <= c.pool_size  # live and pre-allocated rows fit the pool
-        for s, st in enumerate(c.steps):
-            assert all(joins[r] > s for r in st.prealloc)  # a pre-allocated request joins later
+        for s, step in enumerate(c.steps):
+            assert all(joins[r] > s for r in step.prealloc)  # a pre-allocated request joins later
 
     pool()
 

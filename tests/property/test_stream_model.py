@@ -8,8 +8,8 @@ import itertools
 import pytest
 from hypothesis import find, settings
 
-from contracts.streams import EAGER, Schedule, Stall, StreamDeadlock, StreamModel, UnsupportedStreamOp
 from contracts.strategies.schedules import schedules
+from contracts.streams import EAGER, Schedule, Stall, StreamDeadlock, StreamModel, UnsupportedStreamOp
 
 COPY = 0b1  # the bit of the first stream a program creates
 
@@ -45,7 +45,8 @@ def kinds(m) -> set:
 
 
 def test_a_correct_program_is_clean_and_right_under_every_small_schedule():
-    one = [Stall(start, length, mask, default) for start in range(12) for length in (1, 2, 5) for mask, default in ((1, False), (0, True), (1, True))]
+    one = [Stall(start, length, mask, default) for start in range(12) for length in (1, 2, 5)
+           for mask, default in ((1, False), (0, True), (1, True))]
     space = [EAGER] + [Schedule((s,)) for s in one] + [Schedule(p) for p in itertools.combinations(one[::7], 2)]
     for schedule in space:
         m = StreamModel(schedule)

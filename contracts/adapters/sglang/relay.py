@@ -9,8 +9,8 @@ A PD decode server's case (`RelayCase.pd_decode`, rows possibly taken before the
 pack declares `relay.prealloc`) runs where SGLang runs DSpark's PD decode with the relay's ring, on
 overlap_utils' CUDA branch with SGLang's PD decode pool and prebuilt path (contracts.adapters.sglang.relay_cuda_path),
 its streams, events and ring copy on the repo's stream model in its eager order (relay_ring_model: the copy is pending
-until the next host action; events are recorded, waited on and queried as the model orders them). This CPU's own branch (the host path) already fails every such case for RELAY-001's
-cause, so it would show nothing of the pre-allocation.
+until the next host action; events are recorded, waited on and queried as the model orders them). This CPU's own
+branch (the host path) already fails every such case for RELAY-001's cause, so it would show nothing of the pre-allocation.
 """
 
 from __future__ import annotations

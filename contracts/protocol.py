@@ -38,9 +38,11 @@ STEP_DRAFT_DRAWS = "step.draft-draws"  # per step, each sampled row's drawn bloc
 STEP_DRAFT_CONTEXT = "step.draft-context"  # per step, the target features each request's draft context gained
 STEP_PD = "step.pd-handoff"  # requests can join a running engine through a PD handoff (add_requests via "pd")
 STEP_RAGGED = "step.ragged"  # the step runs the ragged verify modes (cap-accept, compact), not only static
-# The statistical step contracts (DIST-001, DIST-002, REQ-003) run every ragged configuration, not one per ragged mode:
-# for an engine fast enough to draw their thousands of requests in each (the decode-loop contracts draw all modes alike).
+# The statistical step contracts (DIST-001, DIST-002, REQ-003) run their ragged configurations too: for an engine fast
+# enough to draw their thousands of requests in each (contracts/step_modes.py).
 STEP_RAGGED_LAWS = "step.ragged-laws"
+# The whole-request contracts (REQ-001..004) draw the ragged verify modes too, where the step runs them.
+REQUEST_RAGGED = "request.ragged"
 STEP_OVERLAP_TOGGLE = "step.overlap-toggle"  # overlap scheduling can be switched on and off between steps
 # A static step verifies the drafter's own confidence-truncated proposal (1 <= L <= gamma+1), not always the whole
 # block: the engine's drafter cuts its block (DeepSpec's evaluator with --confidence_threshold > 0).
@@ -140,6 +142,7 @@ CAPABILITIES: Mapping[str, Capability] = {
     STEP_PD: Capability(None),
     STEP_RAGGED: Capability(None),
     STEP_RAGGED_LAWS: Capability(None),
+    REQUEST_RAGGED: Capability(None),
     STEP_OVERLAP_TOGGLE: Capability(None),
     STEP_SELF_TRUNCATING: Capability(None, mode=True),
     STEP_PD_DECODE: Capability(None, mode=True),

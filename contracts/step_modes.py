@@ -1,23 +1,25 @@
-"""Which verify modes a statistical step contract draws its configurations in, on a given engine.
+"""Which verify modes the step contracts draw on a given engine.
 
-Static always. With `step.ragged`, the first configuration of each ragged mode (cap-accept, compact) as well; with
-`step.ragged-laws`, every configuration. An engine whose requests are slow to draw (SGLang's step level: a real
-Scheduler, kernels interpreted) runs each ragged mode's law once instead of multiplying the check's time, while the
-decode-loop contracts draw every mode alike; the capability table shows which."""
+`step.ragged`: the decode-loop contracts (and the other step strategies) draw the ragged modes (cap-accept, compact)
+besides static. The statistical contracts (DIST-001, DIST-002, REQ-003: thousands of requests per configuration) run
+their ragged configurations only with `step.ragged-laws`, and the whole-request contracts draw ragged modes only
+with `request.ragged`: an engine whose requests are slow to draw (SGLang's step level: a real Scheduler, kernels
+interpreted) can run the decode loop in every mode within the check's time, and the capability table shows the gap."""
 
 from __future__ import annotations
 
-from contracts.protocol import STEP_RAGGED, STEP_RAGGED_LAWS
+from contracts.protocol import REQUEST_RAGGED, STEP_RAGGED, STEP_RAGGED_LAWS
 
 
-def law_configs(engine, configs, mode_of=lambda c: c[0]) -> list:
-    """The items of `configs` (in order) this engine runs; `mode_of(item)` is the item's verify mode."""
-    caps = engine.capabilities
-    seen: set = set()
-    out = []
-    for c in configs:
-        mode = mode_of(c)
-        if mode == "static" or STEP_RAGGED_LAWS in caps or (STEP_RAGGED in caps and mode not in seen):
-            out.append(c)
-        seen.add(mode)
-    return out
+def law_configs(engine, configs, mode_of=lambda c: c[0], *, requests: bool = False) -> list:
+    """The items of `configs` (in order) this engine runs: static ones, and ragged ones with step.ragged-laws (and,
+    for a whole-request contract, `requests`, request.ragged too); `mode_of(item)` is the item's verify mode."""
+    need = {STEP_RAGGED, STEP_RAGGED_LAWS} | ({REQUEST_RAGGED} if requests else set())
+    ragged = need <= set(engine.capabilities)
+    return [c for c in configs if mode_of(c) == "static" or ragged]
+
+
+def draws_ragged(engine, *, requests: bool = False) -> bool:
+    """Whether a step strategy draws the ragged verify modes for this engine (a whole-request one: `requests`)."""
+    caps = set(engine.capabilities)
+    return STEP_RAGGED in caps and (not requests or REQUEST_RAGGED in caps)

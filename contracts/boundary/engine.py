@@ -226,6 +226,9 @@ class StepView:
     new_seq_lens: list
     emitted: list  # tokens each request got (after EOS / max_new_tokens)
     finished: list  # rids that left the batch
+    # The rows the step's budget was planned over, where the engine's batch held planned rows this view leaves out
+    # (SGLang keeps an aborted request for one more forward); None: exactly the view's planned rows.
+    budget_rows: Optional[int] = None
 
 
 @dataclass

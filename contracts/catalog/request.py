@@ -100,7 +100,7 @@ def _configs(engine) -> list:
     caps = engine.capabilities
     exercised = [(seed, mode, frac, drafter, req) for seed, (mode, frac, drafter, req) in enumerate(REQ_CONFIGS)
                  if {REQUEST_PARAMETERS[p] for p in request_oracle.parameters_used(req)} <= caps]
-    return law_configs(engine, exercised, mode_of=lambda c: c[1])
+    return law_configs(engine, exercised, mode_of=lambda c: c[1], requests=True)
 
 
 @contract("REQ-003", "sampled requests with penalties, min_p, min_new_tokens, stop token ids and logit bias follow the "

@@ -5,7 +5,6 @@ from functools import lru_cache
 from hypothesis import strategies as st
 
 from contracts.boundary.engine import BudgetCase, EngineSpec, LayoutCase, LoopCase, PlanCase, RequestSpec, ScheduleCase, SpsSpec
-from contracts.protocol import STEP_RAGGED
 
 # Repeated values make ties (across positions and requests) common: the tie order is part of the contract.
 confidence_values = st.sampled_from([0.0, 1e-7, 0.25, 0.5, 0.8, 0.9, 1.0]) | st.floats(0.0, 1.0)
@@ -192,9 +191,12 @@ def request_specs(rid: int, vocab_size: int, *, greedy=None):
     return request_shapes(vocab_size, greedy).map(lambda t: RequestSpec(rid, *t))
 
 
-def _modes_for(engine, verify_mode=None):
-    """The verify mode to draw for an engine: as asked, else static only where it lacks step.ragged (else any)."""
-    if verify_mode is None and engine is not None and STEP_RAGGED not in engine.capabilities:
+def _modes_for(engine, verify_mode=None, *, requests: bool = False):
+    """The verify mode to draw for an engine: as asked, else static only where it draws no ragged mode
+    (contracts.step_modes: step.ragged, and request.ragged for a whole-request contract), else any."""
+    from contracts.step_modes import draws_ragged
+
+    if verify_mode is None and engine is not None and not draws_ragged(engine, requests=requests):
         return "static"
     return verify_mode
 

@@ -22,7 +22,7 @@ def exercised_options(engine) -> tuple:
 def option_cases(draw, *, engine=None) -> OptionCase:
     names = [o.name for o in exercised_options(engine)]
     option = draw(st.sampled_from(names), label="option")
-    return OptionCase(option, draw(request_loop_cases(engine=engine), label="case"))
+    return OptionCase(option, draw(request_loop_cases(engine=engine, whole_request=False), label="case"))
 
 
 def _several_steps(case) -> bool:
@@ -47,7 +47,7 @@ def every_option_once(*, engine) -> tuple:
         return ()
     quiet = settings(database=None, derandomize=True, max_examples=2000,
                      suppress_health_check=list(HealthCheck), phases=[Phase.generate])
-    strategy = request_loop_cases(engine=engine)
+    strategy = request_loop_cases(engine=engine, whole_request=False)
     try:
         base = find(strategy, _several_steps, settings=quiet)
     except NoSuchExample:

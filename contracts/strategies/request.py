@@ -104,9 +104,10 @@ def whole_requests(draw, rid: int, vocab_size: int, gamma: int, *, families=FAMI
 
 
 @st.composite
-def request_loop_cases(draw, *, engine=None, greedy=None, max_requests=3) -> LoopCase:
-    """An engine configuration it runs and 1..max_requests whole requests; the first may join later than the rest."""
-    spec = draw(engine_specs(verify_mode=_modes_for(engine)), label="spec")
+def request_loop_cases(draw, *, engine=None, greedy=None, max_requests=3, whole_request=True) -> LoopCase:
+    """An engine configuration it runs and 1..max_requests whole requests; the first may join later than the rest.
+    `whole_request`: for a whole-request contract (its ragged modes need request.ragged), else another step one's."""
+    spec = draw(engine_specs(verify_mode=_modes_for(engine, requests=whole_request)), label="spec")
     # Half the time the oracle drafter: whole blocks accepted, so a column reading the wrong history, or a stop token
     # inside the block, lands in what is emitted.
     spec = replace(spec, drafter=draw(st.sampled_from(("oracle", spec.drafter)), label="drafter"))

@@ -69,3 +69,19 @@ def test_a_family_the_shared_run_fails_fails_its_own_contract():
         violation = violation_of(contract, engine)
     assert list(memo.values()) == [False]
     assert_caught(violation, contract, engine)
+
+
+def test_a_family_the_ledger_lists_runs_alone_and_the_others_still_share():
+    """An engine whose ledger lists LOOP-003 (SGLang: the compact planner ignores a forced fraction) would fail the
+    shared run every time: the planner family runs on its own, the other three still share one run."""
+    from contracts.ledger import KnownFailure
+
+    small = {"max_examples": 8, "steps": 4}
+    engine, memo = Counting(), {}
+    engine.known_failures = (KnownFailure("reference", "==" + engine.version, "LOOP-003", "^budget$", "evidence: test"),)
+    assert machine._shared_families(engine) == ("greedy", "bookkeeping", "progress")
+    with machine.shared_runs(memo):
+        assert _engines_built(engine, ("greedy",), **small) > 0
+        assert list(memo.values()) == [True]
+        assert _engines_built(engine, ("progress",), **small) == 0
+        assert _engines_built(engine, ("planner",), **small) > 0, "the listed family runs its own"

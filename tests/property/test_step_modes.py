@@ -1,29 +1,30 @@
-"""Which configurations the statistical step contracts run, by the engine's ragged capabilities."""
+"""Which verify modes the step contracts draw, by the engine's ragged capabilities (contracts.step_modes)."""
 
 from types import SimpleNamespace
 
 import pytest
 
 from contracts.catalog.decode_loop import DIST_CONFIGS
-from contracts.protocol import STEP, STEP_RAGGED, STEP_RAGGED_LAWS
-from contracts.step_modes import law_configs
+from contracts.protocol import REQUEST_RAGGED, STEP, STEP_RAGGED, STEP_RAGGED_LAWS
+from contracts.step_modes import draws_ragged, law_configs
 
 pytestmark = pytest.mark.cpu
 
 
-def _modes(caps):
-    return [c[0] for c in law_configs(SimpleNamespace(capabilities=frozenset(caps)), DIST_CONFIGS)]
+def _engine(*caps):
+    return SimpleNamespace(capabilities=frozenset({STEP, *caps}))
 
 
-def test_static_only_without_step_ragged():
-    assert set(_modes({STEP})) == {"static"} and len(_modes({STEP})) == 2
+def test_the_laws_run_static_unless_the_engine_declares_ragged_laws():
+    assert {c[0] for c in law_configs(_engine(), DIST_CONFIGS)} == {"static"}
+    assert {c[0] for c in law_configs(_engine(STEP_RAGGED), DIST_CONFIGS)} == {"static"}
+    assert law_configs(_engine(STEP_RAGGED, STEP_RAGGED_LAWS), DIST_CONFIGS) == list(DIST_CONFIGS)
 
 
-def test_one_configuration_per_ragged_mode_with_step_ragged():
-    modes = _modes({STEP, STEP_RAGGED})
-    assert modes.count("static") == 2 and modes.count("cap-accept") == 1 and modes.count("compact") == 1
-    assert law_configs(SimpleNamespace(capabilities={STEP_RAGGED}), DIST_CONFIGS)[1] == DIST_CONFIGS[1]  # the first
-
-
-def test_every_configuration_with_step_ragged_laws():
-    assert _modes({STEP, STEP_RAGGED, STEP_RAGGED_LAWS}) == [c[0] for c in DIST_CONFIGS]
+def test_whole_request_contracts_need_request_ragged_too():
+    ragged = _engine(STEP_RAGGED, STEP_RAGGED_LAWS)
+    assert {c[0] for c in law_configs(ragged, DIST_CONFIGS, requests=True)} == {"static"}
+    assert draws_ragged(ragged) and not draws_ragged(ragged, requests=True)
+    assert draws_ragged(_engine(STEP_RAGGED, REQUEST_RAGGED), requests=True)
+    assert not draws_ragged(_engine(REQUEST_RAGGED), requests=True)
+    assert law_configs(_engine(STEP_RAGGED, STEP_RAGGED_LAWS, REQUEST_RAGGED), DIST_CONFIGS, requests=True) == list(DIST_CONFIGS)

@@ -10,7 +10,7 @@ import pytest
 from contracts import ledger
 from contracts.adapters.sglang import env as sglang_env
 from contracts.adapters.sglang.corrections import forced_fraction_skips_verify_all_cache, row_widened_for_dflash
-from contracts.boundary.engine import PlanCase
+from contracts.boundary.engine import EngineSpec, PlanCase
 from contracts.boundary.verify import VerifyCase
 from contracts.registry import all_contracts
 from contracts.runner import _call as check_case  # one case, failures as ContractViolation
@@ -90,6 +90,7 @@ def test_every_sglang_ledger_entry_has_a_correction_test():
     elsewhere.add(("sglang", "RELAY-002"))  # tests/sglang/test_cuda_relay_path.py: the ring's PD decode cases
     # tests/sglang/test_request_findings.py: the whole-request contracts, REQ-002 with two causes
     elsewhere |= {(engine, cid) for engine, cid in listed if cid.startswith("REQ-")}
+    elsewhere.add(("sglang", "LOOP-003"))  # below: a decode-loop program, not a case
     assert listed == {(engine, cid) for cid, engine, _, _ in CASES} | elsewhere
 
 
@@ -111,3 +112,30 @@ def test_the_cpu_bounds_guard_keeps_later_rows_reading_their_own_slots():
         allocation.assign_req_to_token_pool_func(torch.tensor([1, 2]), r2t, torch.tensor([5, 0]), torch.tensor([6, 2]),
                                                  torch.tensor([91, 21, 22]), 2)
     assert r2t[1].tolist() == [0] * width and r2t[2].tolist() == [21, 22, 0, 0]
+
+
+# PLAN-010's cause in the decode loop: SGLang's own Scheduler, compact mode without an SPS table, a fraction forced
+# through set_internal_state (LOOP-003's shrunk program: two greedy requests, one step).
+PLAN_010_LOOP = EngineSpec(vocab_size=8, gamma=8, drafter="vanilla", verify_mode="compact", force_budget_frac=0.5,
+                           sps=None, min_verify_len=0, seed=0, model_seed=1, capture_bs=(1, 2, 4, 8))
+
+
+def test_loop_003_meets_plan_010_in_the_decode_loop(sglang_engine):
+    """LOOP-003 fails on the ledger's field over programs on the shrunk configuration, and passes there with PLAN-010's
+    correction (`check` itself re-runs the whole contract with every correction applied)."""
+    from hypothesis import strategies as st
+
+    from contracts.machine import run_decode_loop, seeded
+    from contracts.violation import Mismatch
+
+    known = ledger.engine_entries(sglang_engine, "LOOP-003")
+    assert known, "LOOP-003 on sglang: a finding without a ledger entry"
+    small = {"specs": st.just(PLAN_010_LOOP), "max_examples": 10, "steps": 3}
+    with pytest.raises(Mismatch) as caught, seeded(20261206):  # the same programs under any profile
+        run_decode_loop(sglang_engine, ("planner",), **small)
+    violation = ContractViolation("LOOP-003", "sglang", "", caught.value.what, caught.value.expected, caught.value.observed)
+    assert ledger.match(known, violation) is not None, str(violation)
+    with pytest.MonkeyPatch.context() as mp:
+        forced_fraction_skips_verify_all_cache(mp)
+        with seeded(20261206):
+            run_decode_loop(sglang_engine, ("planner",), **small)

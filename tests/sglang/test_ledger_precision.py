@@ -147,6 +147,7 @@ CASES = [
     ("sglang", "VERIFY-016", "sampled row", _mixed_select_reads_compacted_greedy_rows),
     ("sglang", "KV-002", "page 1", _reserve_counts_the_lag_twice),
     ("sglang", "PLAN-010", "forced fraction", _forced_budget_rounded_up),
+    ("sglang", "LOOP-003", "budget", _forced_budget_rounded_up),
     ("sglang", "RELAY-001", "survival", _carry_without_generation),
     ("sglang", "RELAY-002", "before it joined", _carry_without_generation),
     ("sglang-chain", "VERIFY-012", "correct_len", _candidates_wrapped_into_the_vocabulary),

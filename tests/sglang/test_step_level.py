@@ -3,8 +3,8 @@
 Runs only where sglang 0.5.23 is installed. The first test holds the level to an exact oracle of its own (the
 models are functions of the last token, so the tokens and every accept length follow from the two successor
 tables); the second puts a bug back into SGLang's accept and checks the decode-loop machine's own greedy check
-catches it. The machine reads the pack's capabilities and stays within them (static verify, local admission,
-overlap fixed per engine: no step.ragged, step.pd-handoff or step.overlap-toggle).
+catches it. The machine reads the pack's capabilities and stays within them (local admission, overlap fixed per
+engine: no step.pd-handoff or step.overlap-toggle; static and the ragged modes, step.ragged).
 """
 
 from __future__ import annotations

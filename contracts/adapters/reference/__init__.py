@@ -41,7 +41,7 @@ class ReferenceAdapter(ReferenceHandoff, ReferenceDpMetadata, ReferenceKv, Refer
                               protocol.STEP_LAWS, protocol.STEP_DRAFT_DRAWS,
                               protocol.STEP_DRAFT_CONTEXT, protocol.STEP_PD, protocol.STEP_RAGGED, protocol.STEP_RAGGED_LAWS,
                               protocol.STEP_OVERLAP_TOGGLE, protocol.STEP_SEEDED_SAMPLING, protocol.RELAY, protocol.RELAY_STREAMS,
-                              protocol.RELAY_PREALLOC, protocol.REQUEST, protocol.REQUEST_PENALTIES,
+                              protocol.RELAY_PREALLOC, protocol.REQUEST, protocol.REQUEST_RAGGED, protocol.REQUEST_PENALTIES,
                               protocol.REQUEST_MIN_NEW_TOKENS, protocol.REQUEST_MIN_P, protocol.REQUEST_LOGIT_BIAS,
                               protocol.REQUEST_STOP_TOKENS, protocol.REQUEST_STATE, protocol.REQUEST_VERIFY, protocol.OPTIONS,
                               protocol.VERIFY, protocol.VERIFY_INJECTED_NOISE, protocol.VERIFY_EMPTY_BATCH, protocol.VERIFY_PLACEHOLDERS,

@@ -17,6 +17,22 @@ _COMPANIONS = (
     "the mixed batch and 3 with every row sampled (same seed)"
 )
 
+_PLAN_010 = (
+    "evidence: speculative/dspark_components/dspark_planner.DSparkVerifyPlanner.schedule_layout serves compact mode "
+    "with a flat (uninitialised) SPS table from its verify-all cache (_is_verify_all, fixed at construction) before it "
+    "looks at the budget, so set_forced_budget_frac (dspark_force_budget_frac) resolves a budget that the layout then "
+    "ignores: every request verifies all gamma+1 tokens. Shrunk: bs 1, gamma 1, confidence 0, forced fraction 0.25 "
+    "resolves budget 0 and lays out L = 2. Skipping the cache while a fraction is forced makes PLAN-010 pass "
+    "(tests/sglang/test_findings.py)"
+)
+_PLAN_010_FINDING = Finding(
+    status="known: sgl-project/sglang#32930 (fix PR, open); #38899 (issue, open) with #38897 (fix PR, open)",
+    path="every DSpark platform, compact ragged verify without an SPS table under dspark_force_budget_frac (the "
+         "SPS profiler's --fracs sweep): speculative/dspark_components/dspark_planner.py:381",
+    severity="wasted work, and SPS profiling data measured at the wrong budget; outputs are unaffected",
+    repro="findings/sglang/plan_010_forced_budget_ignored_in_compact.py",
+    correction=corrections.forced_fraction_skips_verify_all_cache)
+
 # RELAY-001 and RELAY-002 share a root (the relay's read does not carry the writer's generation): one draft report.
 _RELAY_REPORT = "findings/sglang/relay_writer_generation.md"
 
@@ -41,21 +57,14 @@ KNOWN_FAILURES: tuple = (
             repro="findings/sglang/kv_002_reserve_overruns_row.py", correction=corrections.row_widened_for_dflash),
     ),
     KnownFailure(
-        "sglang", "==0.5.23", "PLAN-010", r"^sum\(L - 1\) with forced fraction",
-        "evidence: speculative/dspark_components/dspark_planner.DSparkVerifyPlanner.schedule_layout serves compact mode "
-        "with a flat (uninitialised) SPS table from its verify-all cache (_is_verify_all, fixed at construction) before it "
-        "looks at the budget, so set_forced_budget_frac (dspark_force_budget_frac) resolves a budget that the layout then "
-        "ignores: every request verifies all gamma+1 tokens. Shrunk: bs 1, gamma 1, confidence 0, forced fraction 0.25 "
-        "resolves budget 0 and lays out L = 2. Skipping the cache while a fraction is forced makes PLAN-010 pass "
-        "(tests/sglang/test_findings.py)",
-        finding=Finding(
-            status="known: sgl-project/sglang#32930 (fix PR, open); #38899 (issue, open) with #38897 (fix PR, open)",
-            path="every DSpark platform, compact ragged verify without an SPS table under dspark_force_budget_frac (the "
-                 "SPS profiler's --fracs sweep): speculative/dspark_components/dspark_planner.py:381",
-            severity="wasted work, and SPS profiling data measured at the wrong budget; outputs are unaffected",
-            repro="findings/sglang/plan_010_forced_budget_ignored_in_compact.py",
-            correction=corrections.forced_fraction_skips_verify_all_cache),
-    ),
+        "sglang", "==0.5.23", "PLAN-010", r"^sum\(L - 1\) with forced fraction", _PLAN_010, finding=_PLAN_010_FINDING),
+    # The same cause met by the decode loop: SGLang's own Scheduler in compact mode without an SPS table, a fraction
+    # forced through set_internal_state; every row verifies all, past the budget it resolved.
+    KnownFailure(
+        "sglang", "==0.5.23", "LOOP-003", r"^budget$",
+        _PLAN_010 + ". In the decode loop (LOOP-003, step.ragged): gamma 8, compact, no SPS table, forced fraction 0.5, "
+        "two greedy requests: the budget is 8 and both rows verify 9 tokens (sum(L - 1) = 16)",
+        finding=_PLAN_010_FINDING),
     KnownFailure(
         "sglang", "==0.5.23", "RELAY-001", r"^step \d+: survival the budget read for request \d+$",
         "evidence: managers/overlap_utils.ConfidenceRelay.resolve, on a device without the CUDA D2H stream "

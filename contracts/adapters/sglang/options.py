@@ -12,9 +12,9 @@ level cannot turn on says why in `not_exercised`. Settings that change outputs o
 precision) are not declared at all: `option_names()` lists every `SGLANG_DSPARK_*` setting, so the report names
 them as unlisted.
 
-The verify mode (`SGLANG_RAGGED_VERIFY_MODE`) is declared here as an output-preserving option: the CPU step level does
-not declare `step.ragged` (each ragged mode would multiply the statistical contracts' configurations past the check's
-time), so OPT-001 is where SGLang's compact verify runs: static off, compact on, the same greedy tokens. The settings
+The verify mode (`SGLANG_RAGGED_VERIFY_MODE`) is declared here as an output-preserving option too: besides the
+decode-loop contracts that run each mode (`step.ragged`), OPT-001 holds compact verify to static verify on the same
+requests: static off, compact on, the same greedy tokens. The settings
 that read the draft's confidence (`CONFIDENCE_OPTIONS`) run in cap-accept mode on and off alike (SGLang's confidence
 metrics ignore compact mode, whose padded rows corrupt their labels), a ragged mode's Scheduler built with the case's
 SPS table and forced budget fraction.

@@ -36,8 +36,10 @@ back to the client as an abort and are not held to anything here).
 
 Limits, as capabilities the pack does not declare (the contracts then send no such input; anything else
 raises NotImplementedError naming the capability, so an unsupported input fails loudly instead of passing):
-* no `step.ragged`: the torch_native attention backend has no ragged (cap-accept / compact) verify layout
-  (worker_env substitution 7), so the step runs static verify only.
+* `step.ragged` without `step.ragged-laws`: the cap-accept and compact modes run (the torch_native backend reads a
+  ragged layout through worker_env substitution 7, unpadded layouts only); DIST-001, DIST-002 and REQ-003 run one
+  configuration per ragged mode, each draws its requests through a real Scheduler. A ragged Scheduler is built per
+  (gamma, overlap, sample_from_anchor, mode, SPS table); the newest RAGGED_SLOTS stay cached.
 * no `step.pd-handoff` here: a Scheduler in the normal mode prefills locally. PD handoff is engine `sglang-pd`
   (contracts.adapters.sglang.pd_step: a decode-mode Scheduler every request joins through).
 * no `step.overlap-toggle`: SGLang fixes overlap scheduling when the Scheduler is built; `set_overlap`
@@ -487,20 +489,37 @@ class _Slot:
 _SLOTS: dict = {}
 
 
-def cached_slot(key, build) -> _Slot:
+def cached_slot(key, build, *, for_session: bool = True) -> _Slot:
     """The Scheduler cached under `key`, built by `build()` on first use."""
     if key not in _SLOTS:
         _SLOTS[key] = build()
-        heap.settle()  # a cached Scheduler lives for the session: its next constructions' gc.collect() skip it
+        if for_session:  # it lives for the session: later gc.collect() passes skip it (never one that may be closed)
+            heap.settle()
         # This process now holds the Scheduler's process group, so ranks fork from a forkserver: start it now, and
         # its SGLang import runs on the other core while the contracts go on.
         start_forkserver(SGLangTpProgram)
     return _SLOTS[key]
 
 
+# Ragged Schedulers are keyed by their SPS table too (SGLang loads it when it builds the planner), and the strategies
+# draw many: the newest few stay cached, an older one is closed (its handle then refuses further calls).
+RAGGED_SLOTS = 4
+_RAGGED_ORDER: list = []
+
+
 def _slot(gamma: int, overlap: bool, sample_from_anchor: bool, mode: str = "static", sps=None) -> _Slot:
     key = (gamma, overlap, sample_from_anchor) + ((mode, sps) if mode != "static" else ())
-    return cached_slot(key, lambda: _Slot(gamma, overlap, sample_from_anchor, mode=mode, sps_path=sps_table_path(sps)))
+    if mode != "static":
+        if key in _RAGGED_ORDER:
+            _RAGGED_ORDER.remove(key)
+        _RAGGED_ORDER.append(key)
+        while len(_RAGGED_ORDER) > RAGGED_SLOTS:
+            old = _SLOTS.pop(_RAGGED_ORDER.pop(0), None)
+            if old is not None:
+                old.owner = None
+                old.close()
+    return cached_slot(key, lambda: _Slot(gamma, overlap, sample_from_anchor, mode=mode, sps_path=sps_table_path(sps)),
+                       for_session=mode == "static")
 
 
 @lru_cache(maxsize=None)
@@ -739,7 +758,8 @@ class SGLangStep:
         plan = plans[0]
         planned = plan["verify_lens"] is not None and plan["budget"] is not None
         view = StepView(rids=[], seq_lens=[], verify_lens=[], planned=[], budget=plan["budget"] if planned else None,
-                        correct_lens=[], cap_trim=[], commit_lens=[], new_seq_lens=[], emitted=[], finished=[])
+                        correct_lens=[], cap_trim=[], commit_lens=[], new_seq_lens=[], emitted=[], finished=[],
+                        budget_rows=len(batch.reqs) if planned else None)  # an aborted request's row included
         T = handle.spec.gamma + 1
         row_of = {q.rid: i for i, q in enumerate(batch.reqs)}
         for rid in rows:

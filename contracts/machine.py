@@ -404,7 +404,8 @@ def shared_runs(memo: dict | None):
 FAMILY_CONTRACTS = {"greedy": "LOOP-001", "bookkeeping": "LOOP-002", "planner": "LOOP-003", "progress": "LOOP-004"}
 
 
-def _shared_families(engine) -> tuple:
+def unlisted_families(engine) -> tuple:
+    """The families whose contract the engine's ledger does not list: those the shared run checks."""
     from contracts import ledger
 
     return tuple(f for f in FAMILIES if not ledger.engine_entries(engine, FAMILY_CONTRACTS[f]))
@@ -415,7 +416,7 @@ def _all_families_pass(memo: dict, engine, max_examples: int, steps: int) -> boo
     key = (id(engine), max_examples, steps, budget.scaled(min(max_examples, base.max_examples)), repr(base))
     if key not in memo:
         try:
-            _run_decode_loop(engine, _shared_families(engine), None, max_examples, steps)
+            _run_decode_loop(engine, unlisted_families(engine), None, max_examples, steps)
             memo[key] = True
         except Exception:  # the contracts rerun their own families: what fails is shrunk for its own check
             memo[key] = False
@@ -425,7 +426,7 @@ def _all_families_pass(memo: dict, engine, max_examples: int, steps: int) -> boo
 def run_decode_loop(engine, families=FAMILIES, *, specs=None, max_examples=25, steps=12) -> None:
     """Run the machine as a test; raises the first violated expectation (a Mismatch) after shrinking."""
     memo = _SHARED.get()
-    if memo is not None and specs is None and not _SEEDED and set(families) <= set(_shared_families(engine)):
+    if memo is not None and specs is None and not _SEEDED and set(families) <= set(unlisted_families(engine)):
         if _all_families_pass(memo, engine, max_examples, steps):
             return
     _run_decode_loop(engine, families, specs, max_examples, steps)

@@ -79,7 +79,7 @@ def test_a_family_the_ledger_lists_runs_alone_and_the_others_still_share():
     small = {"max_examples": 8, "steps": 4}
     engine, memo = Counting(), {}
     engine.known_failures = (KnownFailure("reference", "==" + engine.version, "LOOP-003", "^budget$", "evidence: test"),)
-    assert machine._shared_families(engine) == ("greedy", "bookkeeping", "progress")
+    assert machine.unlisted_families(engine) == ("greedy", "bookkeeping", "progress")
     with machine.shared_runs(memo):
         assert _engines_built(engine, ("greedy",), **small) > 0
         assert list(memo.values()) == [True]

@@ -92,6 +92,7 @@ def pytest_configure(config):
 
         config.stash[_HYPOTHESIS_HOME] = getattr(configuration, "__hypothesis_home_directory", None)
         configuration.set_hypothesis_home_dir(os.environ["DSPARK_HYPOTHESIS_HOME"])
+        _rebuild_profiles()
     config.stash[_TABLE] = table = ContractTable(engine=chosen_engine(config.getoption("engine")))
     for w in config.stash.get(_LOAD_WARNINGS, ()):
         table.note_warning(w.category.__name__, str(w.message), f"{w.filename}:{w.lineno}")
@@ -165,6 +166,7 @@ def pytest_unconfigure(config):
         from hypothesis.configuration import set_hypothesis_home_dir
 
         set_hypothesis_home_dir(config.stash[_HYPOTHESIS_HOME])
+        _rebuild_profiles()
 
 
 class Preloaded:
@@ -278,6 +280,14 @@ def _backend_text(where, spec: str) -> str:
     else:
         text = f"auto ({where.backend} for {spec})"
     return text + (", Triton interpreter" if where.interpreted else "")
+
+
+def _rebuild_profiles() -> None:
+    """A profile other than Hypothesis' default caches its example database on first use, under the home folder of
+    that moment: after the home moves (an in-process `check` after another session), build them anew."""
+    name = _profile_name()
+    profiles.register()
+    settings.load_profile(name)
 
 
 def _profile_name() -> str:

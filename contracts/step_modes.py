@@ -14,8 +14,7 @@ from contracts.protocol import REQUEST_RAGGED, STEP_RAGGED, STEP_RAGGED_LAWS
 def law_configs(engine, configs, mode_of=lambda c: c[0], *, requests: bool = False) -> list:
     """The items of `configs` (in order) this engine runs: static ones, and ragged ones with step.ragged-laws (and,
     for a whole-request contract, `requests`, request.ragged too); `mode_of(item)` is the item's verify mode."""
-    need = {STEP_RAGGED, STEP_RAGGED_LAWS} | ({REQUEST_RAGGED} if requests else set())
-    ragged = need <= set(engine.capabilities)
+    ragged = draws_ragged(engine, requests=requests) and STEP_RAGGED_LAWS in engine.capabilities
     return [c for c in configs if mode_of(c) == "static" or ragged]
 
 

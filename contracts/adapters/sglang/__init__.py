@@ -98,11 +98,12 @@ class SGLangAdapter(SGLangHandoff, SGLangDpMetadata, SGLangKv, SGLangGraph, SGLa
     )
     # Not declared: verify.injected-noise (SGLang draws its own coins and Gumbel noise), verify.placeholders
     # (out_tokens past commit_len keep the rejected drafts). `step` runs SGLang's real Scheduler and DSparkWorkerV2
-    # (contracts.adapters.sglang.step) with step.ragged (its cap-accept and compact modes; the statistical contracts
-    # run one configuration of each, not step.ragged-laws), without step.pd-handoff, step.overlap-toggle and
-    # step.seeded-sampling (see that module's limits); with step.laws (the target and draft laws its sampled accept
-    # reads, recorded at the chain kernel and `_draft_probs`; its draft noise is in-kernel Philox, so none is
-    # reported) and step.draft-draws (each step's drawn block and that q: DIST-002 checks the draws).
+    # (contracts.adapters.sglang.step) with step.ragged (its cap-accept and compact modes in the decode loop; the
+    # statistical and whole-request contracts stay static: no step.ragged-laws, no request.ragged), without
+    # step.pd-handoff, step.overlap-toggle and step.seeded-sampling (see that module's limits); with step.laws (the
+    # target and draft laws its sampled accept reads, recorded at the chain kernel and `_draft_probs`; its draft noise
+    # is in-kernel Philox, so none is reported) and step.draft-draws (each step's drawn block and that q: DIST-002
+    # checks the draws).
     capabilities = frozenset({protocol.HANDOFF, protocol.DP_METADATA, protocol.KV, protocol.GRAPH, protocol.PLANNER,
                               protocol.DRAFT, protocol.DRAFT_ORACLE, protocol.DRAFT_MARKOV, protocol.VERIFY, protocol.VERIFY_DISTRIBUTIONS,
                               protocol.VERIFY_CHAIN, protocol.VERIFY_CAP_TRIM, protocol.VERIFY_MIXED, protocol.RANKS_TP, protocol.RELAY,

@@ -37,8 +37,9 @@ back to the client as an abort and are not held to anything here).
 Limits, as capabilities the pack does not declare (the contracts then send no such input; anything else
 raises NotImplementedError naming the capability, so an unsupported input fails loudly instead of passing):
 * `step.ragged` without `step.ragged-laws`: the cap-accept and compact modes run (the torch_native backend reads a
-  ragged layout through worker_env substitution 7, unpadded layouts only); DIST-001, DIST-002 and REQ-003 run one
-  configuration per ragged mode, each draws its requests through a real Scheduler. A ragged Scheduler is built per
+  ragged layout through worker_env substitution 7, unpadded layouts only) in the decode loop; DIST-001, DIST-002 and
+  REQ-003 (thousands of requests through a real Scheduler per configuration) and the whole-request contracts stay
+  static (no step.ragged-laws, no request.ragged). A ragged Scheduler is built per
   (gamma, overlap, sample_from_anchor, mode, SPS table); the newest RAGGED_SLOTS stay cached.
 * no `step.pd-handoff` here: a Scheduler in the normal mode prefills locally. PD handoff is engine `sglang-pd`
   (contracts.adapters.sglang.pd_step: a decode-mode Scheduler every request joins through).

@@ -62,8 +62,13 @@ def test_settings_are_restored_after_a_raising_call(sglang_engine):  # OptionEnv
 def _reached(worker, name) -> bool:
     """Whether the setting switched SGLang's own code on in this engine's worker (read back from SGLang's objects)."""
     obs = worker._observers
-    if name in ("SGLANG_DSPARK_DEBUG_DUMP", "SGLANG_DSPARK_ENABLE_SPS_RECORD"):
-        return obs._info_dumper.enabled and len(obs._info_dumper._records) > 0
+    dumper = obs._info_dumper
+    if name == "SGLANG_DSPARK_DEBUG_DUMP":  # `all`: the GPU-time segments and each row's detail were recorded too
+        return dumper.enabled and any(r.reqs and r.draft_gpu_ms is not None for r in dumper._records)
+    if name == "SGLANG_DSPARK_ENABLE_SPS_RECORD":
+        return dumper.enabled and len(dumper._records) > 0
+    if name == "SGLANG_DSPARK_LOG_SPS_PRED_INTERVAL":  # it times each step on the device clock for its log
+        return dumper._sps_report_interval > 0 and any(r.step_gpu_ms is not None for r in dumper._records)
     if name in ("SGLANG_DSPARK_BLOCK_ACCEPT_ESTIMATE_PATH", "SGLANG_DSPARK_BLOCK_ACCEPT_ONLINE_INTERVAL"):
         return obs._block_accept_recorder is not None
     if name == "SGLANG_DSPARK_USE_GREEDY_DRAFT":
@@ -95,7 +100,7 @@ def test_each_exercised_option_reaches_its_code_and_is_scoped_to_its_engine(sgla
         assert _logged_schedules(caplog) > 0, name
     else:
         assert _reached(on.slot.scheduler.draft_worker, name), name
-    if name in sglang_options.CONFIDENCE_OPTIONS:  # run in a ragged mode, whose confidence they read
+    if name in sglang_options.RAGGED_OPTIONS:  # read only in a ragged mode
         assert on.slot.mode == "cap-accept"
     assert name not in os.environ  # set only while SGLang builds and runs this engine
     if name in sglang_options.PATH_OPTIONS:  # the writer writes inside the engine's own temp dir
@@ -131,4 +136,4 @@ def test_opt001_catches_an_observer_that_writes_into_the_step(sglang_engine):
         _observer_writes_the_bonus(mp)
         with pytest.raises((Mismatch, ContractViolation)) as caught:
             options_change_no_output(sglang_engine, case)
-    assert "SGLANG_DSPARK_DEBUG_DUMP=core,step_cpu_time" in str(caught.value), str(caught.value)
+    assert "SGLANG_DSPARK_DEBUG_DUMP=all" in str(caught.value), str(caught.value)

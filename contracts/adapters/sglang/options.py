@@ -15,9 +15,9 @@ them as unlisted.
 The verify mode (`SGLANG_RAGGED_VERIFY_MODE`) is declared here as an output-preserving option too: besides the
 decode-loop contracts that run each mode (`step.ragged`), OPT-001 holds compact verify to static verify on the same
 requests: static off, compact on, the same greedy tokens. The settings
-that read the draft's confidence (`CONFIDENCE_OPTIONS`) run in cap-accept mode on and off alike (SGLang's confidence
-metrics ignore compact mode, whose padded rows corrupt their labels), a ragged mode's Scheduler built with the case's
-SPS table and forced budget fraction.
+read only in a ragged mode (`RAGGED_OPTIONS`: the draft's confidence, a trimmed block's estimate, a predicted budget)
+run in cap-accept mode on and off alike (SGLang's confidence metrics ignore compact mode, whose padded rows corrupt
+their labels), a ragged mode's Scheduler built with the case's SPS table and forced budget fraction.
 """
 
 from __future__ import annotations
@@ -47,18 +47,17 @@ PATH_OPTIONS = frozenset({"SGLANG_DSPARK_STS_COLLECT_PATH", "SGLANG_DSPARK_BLOCK
 ENGINE_OPTIONS = (
     # Passive: observers behind DsparkStepObservers (dspark_observability.py), built with the worker; each reads
     # the step's tensors and keeps, logs or writes its own copies. They draw no randomness, so same_seed holds.
-    # DsparkInfoDumper: the per-step record, kept in memory for dump_info_records. The components the CPU runs: the
-    # GPU-time ones record `Event(enable_timing=True)` and `reqs` builds a `Stream(device=...)`, which torch.cpu's
-    # Event and Stream do not take (dspark_observability.py:201, 309).
-    EngineOption("SGLANG_DSPARK_DEBUG_DUMP", "passive", value="core,step_cpu_time", off=""),
+    # DsparkInfoDumper: the per-step record, kept in memory for dump_info_records; `all` is every component: the
+    # GPU-time segments (step, draft, target verify) record `Event(enable_timing=True)` and `reqs` stages each row's
+    # detail through a D2H `Stream(device=...)` into pinned memory, which torch.cpu does not take: they run on
+    # `device_view.host_timed_observers` (host-clock events, unpinned staging; what that hides is listed there).
+    EngineOption("SGLANG_DSPARK_DEBUG_DUMP", "passive", value="all", off=""),
     # The published SPS-profiling switch: an alias of DEBUG_DUMP's core and step_cpu_time components.
     EngineOption("SGLANG_DSPARK_ENABLE_SPS_RECORD", "passive"),
-    # DsparkInfoDumper's predicted-SPS log, every N steps; it adds the step_gpu_time component.
-    EngineOption("SGLANG_DSPARK_LOG_SPS_PRED_INTERVAL", "passive",
-                 not_exercised="it turns on the dumper's step_gpu_time component, which records "
-                               "`Event(enable_timing=True)`: torch.cpu.Event takes no arguments "
-                               "(dspark_observability.py:185, 309)"),
-    # The settings in CONFIDENCE_OPTIONS read the draft's confidence (or the ragged planner's schedule). In static
+    # DsparkInfoDumper's predicted-SPS log every N steps (the SPS table's predicted step time against the measured
+    # one); it adds the step_gpu_time component. Run in a ragged mode (RAGGED_OPTIONS): only a ragged budget predicts.
+    EngineOption("SGLANG_DSPARK_LOG_SPS_PRED_INTERVAL", "passive", value="2"),
+    # The settings in RAGGED_OPTIONS read the draft's confidence (or the ragged planner's schedule). In static
     # verify SGLang builds no confidence head (build_confidence_head returns None, models/dspark.py:488), so they
     # would return before reading anything: the pack runs them, on and off alike, in SGLang's cap-accept mode (its
     # metrics probe ignores compact mode, dspark_observability.py:692).
@@ -67,7 +66,9 @@ ENGINE_OPTIONS = (
     # StsDataRecorder: each step's raw confidence and correct-draft count, flushed to <stem>.* files.
     EngineOption("SGLANG_DSPARK_STS_COLLECT_PATH", "passive", value="sts", off=""),
     # BlockAcceptEstimateRecorder (dspark_block_accept_estimator.py): a JSONL of block-accept estimates, and an
-    # online log of them every N steps; either one builds the recorder.
+    # online log of them every N steps; either one builds the recorder. It estimates what a trimmed block would have
+    # accepted uncapped, from the rows the next steps verify (`_open_block`, `_settle_pending`): static verify trims
+    # nothing, so both run in a ragged mode (RAGGED_OPTIONS).
     EngineOption("SGLANG_DSPARK_BLOCK_ACCEPT_ESTIMATE_PATH", "passive", value="block_accept.jsonl", off=""),
     EngineOption("SGLANG_DSPARK_BLOCK_ACCEPT_ONLINE_INTERVAL", "passive"),
     # DSparkVerifyPlanner._log_verify_lens_decision: a log of each ragged schedule (every planned step in cap-accept).
@@ -128,16 +129,18 @@ UNDECLARED = {
 }
 
 _BY_NAME = {o.name: o for o in ENGINE_OPTIONS}
-# Read only where the draft carries a confidence head (a ragged verify mode): run in cap-accept mode, on and off alike.
-CONFIDENCE_OPTIONS = frozenset({"SGLANG_DSPARK_DEBUG_CONFIDENCE_METRICS", "SGLANG_DSPARK_STS_COLLECT_PATH",
-                                "SGLANG_DSPARK_DEBUG_CONFIDENCE_PREFIX_SCHEDULER",
-                                "SGLANG_DSPARK_CONFIDENCE_RELAY_LAG_STEPS"})
+# Read only in a ragged verify mode: where the draft carries a confidence head, where a block is trimmed (the
+# block-accept estimate) or a budget predicted (the SPS log). Run in cap-accept mode, on and off alike.
+RAGGED_OPTIONS = frozenset({"SGLANG_DSPARK_DEBUG_CONFIDENCE_METRICS", "SGLANG_DSPARK_STS_COLLECT_PATH",
+                            "SGLANG_DSPARK_DEBUG_CONFIDENCE_PREFIX_SCHEDULER",
+                            "SGLANG_DSPARK_CONFIDENCE_RELAY_LAG_STEPS", "SGLANG_DSPARK_BLOCK_ACCEPT_ESTIMATE_PATH",
+                            "SGLANG_DSPARK_BLOCK_ACCEPT_ONLINE_INTERVAL", "SGLANG_DSPARK_LOG_SPS_PRED_INTERVAL"})
 
 # sglang-pd runs the same settings on its decode server, static verify only: the verify mode and the settings that
 # need a ragged one run on `sglang` (a PD decode server's ragged relay is the relay level's subject, RELAY-002).
 PD_ENGINE_OPTIONS = tuple(
     replace(o, not_exercised="run on engine sglang: sglang-pd's decode server runs static verify only, and this "
-                             "setting needs a ragged verify mode") if o.name in CONFIDENCE_OPTIONS | {VERIFY_MODE} else o
+                             "setting needs a ragged verify mode") if o.name in RAGGED_OPTIONS | {VERIFY_MODE} else o
     for o in ENGINE_OPTIONS)
 
 
@@ -218,8 +221,12 @@ class OptionEnv:
         self._cleanup = weakref.finalize(self, shutil.rmtree, self.tmpdir, True)
         self.values = {n: (os.path.join(self.tmpdir, v) if n in PATH_OPTIONS and v else v) for n, v in env.items()}
 
+    @contextlib.contextmanager
     def applied(self):
-        return settings_applied(self.values)
+        from contracts.adapters.sglang.device_view import host_timed_observers
+
+        with settings_applied(self.values), host_timed_observers():
+            yield
 
     def close(self):
         self._cleanup()
@@ -232,7 +239,7 @@ def option_slot(spec, build):
     """The Scheduler for an engine with options: None where the settings are SGLang's defaults (the caller's cached
     Scheduler is that engine); else a new one, `build(env)`, which closes the previous one."""
     env = overrides(spec.options)
-    if CONFIDENCE_OPTIONS & set(env):
+    if RAGGED_OPTIONS & set(env):
         env.setdefault(VERIFY_MODE, "cap-accept")
     if is_default(env):
         return None

@@ -44,6 +44,7 @@ import torch
 
 from contracts import protocol
 from contracts.adapters.sglang import corrections
+from contracts.adapters.sglang.device_view import torch_view
 from contracts.adapters.sglang.relay import SGLangRelay
 from contracts.adapters.sglang.runtime import CPU, runtime
 from contracts.boundary.relay import RelayCase, RelayRead
@@ -109,13 +110,6 @@ class RingBranchLog:
         return sum(e.queries for e in self.events)
 
 
-def _unpinned(fn):
-    def alloc(*a, pin_memory=False, **k):
-        return fn(*a, **k)
-
-    return alloc
-
-
 @contextlib.contextmanager
 def cuda_ring_branch() -> Iterator[RingBranchLog]:
     """overlap_utils takes its CUDA branch on this CPU (see the module docstring); yields the stand-ins' log."""
@@ -126,10 +120,7 @@ def cuda_ring_branch() -> Iterator[RingBranchLog]:
     device_module = types.SimpleNamespace(Stream=log.stream, Event=log.event,
                                           stream=lambda s=None: contextlib.nullcontext())
     # overlap_utils' `torch`, seen through a module whose device module and pinned allocations are the stand-ins.
-    view = types.ModuleType("torch")
-    view.__dict__.update(torch.__dict__)
-    view.get_device_module = lambda device=None: device_module
-    view.empty = _unpinned(torch.empty)
+    view = torch_view(device_module)
     with patched(ou, "_is_cuda", True), patched(ou, "torch", view):
         yield log
 

@@ -20,12 +20,12 @@ stream against the forward stream.
 from __future__ import annotations
 
 import contextlib
-import types
 from typing import Iterator
 
 import torch
 from torch.overrides import TorchFunctionMode
 
+from contracts.adapters.sglang.device_view import torch_view
 from contracts.adapters.sglang.runtime import runtime
 from contracts.patching import patched
 
@@ -74,13 +74,6 @@ class _PendingCopies(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-def _unpinned(fn):
-    def alloc(*a, pin_memory=False, **k):
-        return fn(*a, **k)
-
-    return alloc
-
-
 @contextlib.contextmanager
 def ring_branch_on(model) -> Iterator[None]:
     """overlap_utils takes its CUDA branch on this CPU, its streams, events and ring copy on `model`."""
@@ -88,11 +81,8 @@ def ring_branch_on(model) -> Iterator[None]:
     from sglang.srt.managers import overlap_utils as ou
 
     names: dict = {}
-    view = types.ModuleType("torch")
-    view.__dict__.update(torch.__dict__)
     device = _ModelDevice(model)
-    view.get_device_module = lambda d=None: device
-    view.empty = _unpinned(torch.empty)
+    view = torch_view(device)
     real_init, real_scatter, real_resolve = (ou.ConfidenceRelay._lazy_init, ou.ConfidenceRelay.scatter,
                                              ou.ConfidenceRelay.resolve)
 

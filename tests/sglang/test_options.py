@@ -1,6 +1,6 @@
-"""SGLang's SGLANG_DSPARK_* settings as engine options (OPT-001): each one classified, applied the way SGLang reads
-it (its env registry, while the engine's Scheduler is built and around each call), reaching the code it switches,
-restored after; and OPT-001 catching an observer that is not passive."""
+"""SGLang's SGLANG_DSPARK_* settings and DSpark server arguments as engine options (OPT-001): each one classified,
+applied the way SGLang reads it (its env registry or ServerArgs, while the engine's Scheduler is built and around
+each call), reaching the code it switches, restored after; and OPT-001 catching an observer that is not passive."""
 
 from __future__ import annotations
 
@@ -25,8 +25,10 @@ CASE = LoopCase(EngineSpec(vocab_size=6, gamma=3, drafter="vanilla"),
 
 def test_every_sglang_dspark_setting_is_classified(sglang_engine):
     names = set(sglang_engine.option_names())
-    assert names and all(n.startswith("SGLANG_DSPARK_") or n == sglang_options.VERIFY_MODE for n in names)
-    assert sglang_options.VERIFY_MODE in names
+    assert names and all(n.startswith(("SGLANG_DSPARK_", sglang_options.SERVER_ARG_PREFIX))
+                         or n == sglang_options.VERIFY_MODE for n in names)
+    assert sglang_options.VERIFY_MODE in names and sglang_options.SERVER_ARG_OPTIONS <= names
+    assert not names & set(sglang_options.CASE_SERVER_ARGS)  # the case's own configuration, not options
     assert DECLARED | set(sglang_options.UNDECLARED) == names
     assert not DECLARED & set(sglang_options.UNDECLARED)
     # The report lists exactly the undeclared ones.
@@ -41,6 +43,8 @@ def test_every_sglang_dspark_setting_is_classified(sglang_engine):
     ((("SGLANG_DSPARK_FUSED_ACCEPT_TAIL", "1"),), "static verify epilogue"),
     ((("SGLANG_DSPARK_USE_GREEDY_DRAFT", "maybe"),), "is not a value SGLang parses"),
     ((("SGLANG_DSPARK_BLOCK_ACCEPT_ESTIMATE_PATH", "/tmp/x"),), "inside the engine's temp dir"),
+    (((sglang_options.STS_PATH, "../sts.json"),), "inside the engine's temp dir"),
+    (((sglang_options.ALIGN_TO_TIER, "true"),), "captures no graph"),
 ])
 def test_bad_options_are_refused_naming_the_field(sglang_engine, options, field):
     with pytest.raises(ValueError, match=f"^options: .*{field}"):
@@ -84,6 +88,10 @@ def _reached(worker, name) -> bool:
         return obs._sts_recorder is not None
     if name == "SGLANG_DSPARK_CONFIDENCE_RELAY_LAG_STEPS":  # value 1: no carry ring on top of the relay's own lag
         return planner.lag_steps == 1
+    if name == sglang_options.STS_PATH:  # the file's temperatures, one a position, on the head the planner reads
+        head = planner._confidence_head  # None in static verify
+        want = [sglang_options.STS_TEMPERATURES[i % 3] for i in range(planner.gamma)]
+        return head is not None and head.sts_temperatures.tolist() == want
     raise AssertionError(f"no reach check for {name}: add one with the option")
 
 
@@ -104,7 +112,8 @@ def test_each_exercised_option_reaches_its_code_and_is_scoped_to_its_engine(sgla
         assert on.slot.mode == "cap-accept"
     assert name not in os.environ  # set only while SGLang builds and runs this engine
     if name in sglang_options.PATH_OPTIONS:  # the writer writes inside the engine's own temp dir
-        assert on.slot.options.values[name].startswith(on.slot.options.tmpdir + os.sep)
+        path = {**on.slot.options.values, **on.slot.options.server_args}[name]
+        assert path.startswith(on.slot.options.tmpdir + os.sep)
     caplog.clear()
     off = serve(sglang_engine, CASE)
     if name == "SGLANG_DSPARK_DEBUG_CONFIDENCE_PREFIX_SCHEDULER":

@@ -1,4 +1,5 @@
-"""SGLang's `SGLANG_DSPARK_*` settings and its verify mode as engine options (capability `options`, contract OPT-001).
+"""SGLang's `SGLANG_DSPARK_*` settings, its verify mode and its DSpark server arguments as engine options (capability
+`options`, contract OPT-001).
 
 Each setting is an `EnvField` of SGLang's own registry (`sglang.srt.environ.envs`); SGLang reads it with `.get()`,
 some when the Scheduler builds its DSpark worker (the observers, the greedy draft), some at every step (the
@@ -12,6 +13,10 @@ level cannot turn on says why in `not_exercised`. Settings that change outputs o
 precision) are not declared at all: `option_names()` lists every `SGLANG_DSPARK_*` setting, so the report names
 them as unlisted.
 
+A DSpark server argument (a `speculative_dspark_*` field of SGLang's ServerArgs) is declared by its field name and
+passed to that Scheduler's ServerArgs; a file it reads (the STS calibration) is written into the engine's temp dir
+first.
+
 The verify mode (`SGLANG_RAGGED_VERIFY_MODE`) is declared here as an output-preserving option too: besides the
 decode-loop contracts that run each mode (`step.ragged`), OPT-001 holds compact verify to static verify on the same
 requests: static off, compact on, the same greedy tokens. The settings
@@ -23,6 +28,7 @@ their labels), a ragged mode's Scheduler built with the case's SPS table and for
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
@@ -41,8 +47,20 @@ _V4_DRAFT = "read only by the DeepSeek-V4 draft model (models/deepseek_v4_dspark
 _TP_VOCAB = ("read by DSparkDraftModel.attach_shared_modules only for a vocab-parallel LM head (tp_size > 1, "
              "models/dspark.py:559); the step level runs TP 1")
 
+# SGLang's DSpark server arguments (ServerArgs fields, arg_groups/fields/spec.py) are options too, named by field and
+# passed to the Scheduler's ServerArgs; the two the case's spec sets itself are its configuration, not options.
+SERVER_ARG_PREFIX = "speculative_dspark_"
+CASE_SERVER_ARGS = {"speculative_dspark_block_size": "the case's gamma",
+                    "speculative_dspark_sps_table_path": "the case's SPS table"}
+STS_PATH = "speculative_dspark_confidence_sts_path"
+ALIGN_TO_TIER = "speculative_dspark_align_verify_tokens_to_graph_tier"
+SERVER_ARG_OPTIONS = frozenset({STS_PATH, ALIGN_TO_TIER})
+# The STS calibration the pack writes for STS_PATH: per-position temperatures, cycled to gamma. Not 1 (identity
+# calibration changes nothing), sharpening one position and flattening the next, so the confidence order moves.
+STS_TEMPERATURES = (0.5, 2.0, 1.5)
+
 # Paths: the value is a name under the temp dir the engine owns (`_case_path`), never a path the caller picks.
-PATH_OPTIONS = frozenset({"SGLANG_DSPARK_STS_COLLECT_PATH", "SGLANG_DSPARK_BLOCK_ACCEPT_ESTIMATE_PATH"})
+PATH_OPTIONS = frozenset({"SGLANG_DSPARK_STS_COLLECT_PATH", "SGLANG_DSPARK_BLOCK_ACCEPT_ESTIMATE_PATH", STS_PATH})
 
 ENGINE_OPTIONS = (
     # Passive: observers behind DsparkStepObservers (dspark_observability.py), built with the worker; each reads
@@ -119,6 +137,16 @@ ENGINE_OPTIONS = (
                  not_exercised=_TP_VOCAB),
     EngineOption("SGLANG_DSPARK_NVLINK_VOCAB_GATHER", "output-preserving", value="0", off="1",
                  not_exercised=_TP_VOCAB + ", with an NVLink multicast plane"),
+    # Server arguments. `--speculative-dspark-confidence-sts-path`: a per-position temperature calibration of the
+    # draft's confidence, which the ragged planner schedules by ("losslessness is unaffected either way", spec.py;
+    # DSparkVerifyPlanner.__init__ loads it onto the confidence head, dspark_planner.py:92, models/dspark.py:462).
+    # The value names the calibration file the pack writes (STS_TEMPERATURES); it moves the schedule, so the draws.
+    EngineOption(STS_PATH, "output-preserving", value="sts_calibration.json", off="", same_seed=False),
+    # `--speculative-dspark-align-verify-tokens-to-graph-tier`: "when off the schedule is byte-for-byte unchanged".
+    EngineOption(ALIGN_TO_TIER, "output-preserving", value="true", off="false", same_seed=False,
+                 not_exercised="it fills the verify budget up to the captured ragged decode graph's token tier "
+                               "(dspark_planner.py:490-524); the step level captures no graph "
+                               "(ragged_capture_num_tokens is None), so SGLang returns the budget unchanged"),
 )
 # Not declared: they change outputs on purpose (the report lists them as unlisted).
 UNDECLARED = {
@@ -134,7 +162,8 @@ _BY_NAME = {o.name: o for o in ENGINE_OPTIONS}
 RAGGED_OPTIONS = frozenset({"SGLANG_DSPARK_DEBUG_CONFIDENCE_METRICS", "SGLANG_DSPARK_STS_COLLECT_PATH",
                             "SGLANG_DSPARK_DEBUG_CONFIDENCE_PREFIX_SCHEDULER",
                             "SGLANG_DSPARK_CONFIDENCE_RELAY_LAG_STEPS", "SGLANG_DSPARK_BLOCK_ACCEPT_ESTIMATE_PATH",
-                            "SGLANG_DSPARK_BLOCK_ACCEPT_ONLINE_INTERVAL", "SGLANG_DSPARK_LOG_SPS_PRED_INTERVAL"})
+                            "SGLANG_DSPARK_BLOCK_ACCEPT_ONLINE_INTERVAL", "SGLANG_DSPARK_LOG_SPS_PRED_INTERVAL",
+                            STS_PATH})
 
 # sglang-pd runs the same settings on its decode server, static verify only: the verify mode and the settings that
 # need a ragged one run on `sglang` (a PD decode server's ragged relay is the relay level's subject, RELAY-002).
@@ -145,11 +174,14 @@ PD_ENGINE_OPTIONS = tuple(
 
 
 def option_names() -> tuple:
-    """Every SGLANG_DSPARK_* setting in SGLang's own registry (`envs`' EnvField attributes) and its verify mode, sorted."""
+    """Every SGLANG_DSPARK_* setting in SGLang's own registry (`envs`' EnvField attributes), its verify mode and its
+    DSpark server arguments (ServerArgs' `speculative_dspark_*` fields but those the case sets), sorted."""
     from sglang.srt.environ import EnvField, Envs
+    from sglang.srt.server_args import ServerArgs
 
-    return tuple(sorted(n for n, v in vars(Envs).items()
-                        if (n.startswith(PREFIX) or n == VERIFY_MODE) and isinstance(v, EnvField)))
+    settings = {n for n, v in vars(Envs).items() if (n.startswith(PREFIX) or n == VERIFY_MODE) and isinstance(v, EnvField)}
+    args = {n for n in ServerArgs.__struct_fields__ if n.startswith(SERVER_ARG_PREFIX)}  # a msgspec Struct
+    return tuple(sorted(settings | (args - set(CASE_SERVER_ARGS))))
 
 
 def _field(name: str):
@@ -171,7 +203,7 @@ def overrides(options) -> dict:
                              f"known: {', '.join(known)}")
         if not isinstance(value, str):
             raise ValueError(f"options: {name} takes a string value, got {value!r}")
-        if name not in PATH_OPTIONS and value != "":
+        if name not in PATH_OPTIONS | SERVER_ARG_OPTIONS and value != "":
             try:
                 _field(name).parse(value)
             except ValueError as e:
@@ -186,6 +218,10 @@ def is_default(env: dict) -> bool:
     """Whether these settings are what an engine without options runs: each value SGLang's default (parsed as SGLang
     parses it) and the variable not set in this process."""
     for name, value in env.items():
+        if name in SERVER_ARG_OPTIONS:
+            if value != _BY_NAME[name].off:
+                return False
+            continue
         f = _field(name)
         if f.is_set():
             return False
@@ -213,13 +249,17 @@ def settings_applied(values: dict):
 
 
 class OptionEnv:
-    """The settings of one engine with options, and the temp dir it owns (removed when the engine is closed, or at
-    exit)."""
+    """The settings and server arguments of one engine with options, and the temp dir it owns (removed when the
+    engine is closed, or at exit); the files a server argument reads are written there first."""
 
-    def __init__(self, env: dict):
+    def __init__(self, env: dict, *, gamma: int = 1):
         self.tmpdir = tempfile.mkdtemp(prefix="dspark-sglang-options-")
         self._cleanup = weakref.finalize(self, shutil.rmtree, self.tmpdir, True)
-        self.values = {n: (os.path.join(self.tmpdir, v) if n in PATH_OPTIONS and v else v) for n, v in env.items()}
+        resolved = {n: (os.path.join(self.tmpdir, v) if n in PATH_OPTIONS and v else v) for n, v in env.items()}
+        self.values = {n: v for n, v in resolved.items() if n not in SERVER_ARG_OPTIONS}
+        self.server_args = {n: _server_arg(n, v) for n, v in resolved.items() if n in SERVER_ARG_OPTIONS}
+        if self.server_args.get(STS_PATH):
+            _write_sts_calibration(self.server_args[STS_PATH], gamma)
 
     @contextlib.contextmanager
     def applied(self):
@@ -230,6 +270,19 @@ class OptionEnv:
 
     def close(self):
         self._cleanup()
+
+
+def _server_arg(name: str, value: str):
+    if name in PATH_OPTIONS:
+        return value or None
+    return value == "true"
+
+
+def _write_sts_calibration(path: str, gamma: int) -> None:
+    """The calibration file as SGLang's fitter writes it (DSparkStsCalibration's JSON), one temperature a position."""
+    temperatures = [STS_TEMPERATURES[i % len(STS_TEMPERATURES)] for i in range(gamma)]
+    with open(path, "w") as f:
+        json.dump({"temperatures": temperatures, "dataset": "dspark-contracts"}, f)
 
 
 _LIVE: list = [None]  # the one Scheduler with options alive: (slot, OptionEnv)
@@ -244,7 +297,7 @@ def option_slot(spec, build):
     if is_default(env):
         return None
     close_live()
-    opt_env = OptionEnv(env)
+    opt_env = OptionEnv(env, gamma=spec.gamma)
     slot = build(opt_env)
     _LIVE[0] = (slot, opt_env)
     return slot

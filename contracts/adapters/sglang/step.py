@@ -264,7 +264,8 @@ class _Slot:
             watchdog_timeout=86400.0, soft_watchdog_timeout=None,
             # With options on, the passive read-outs run every step: the decode log line (the block-accept estimate's
             # suffix among it) and the server-info poll (`iterate`), as an operator watching a live server sees them.
-            **({"decode_log_interval": 1} if options is not None else {}), **server_args)
+            # And the options' own server arguments (options.SERVER_ARG_OPTIONS), such as the STS calibration path.
+            **({"decode_log_interval": 1, **options.server_args} if options is not None else {}), **server_args)
         self.context = create_scheduler_context(self.server_args)
         with self._options_applied(), scheduler_env(self.context), scheduler_construction():
             self.port_args = PortArgs.init_new(self.server_args)
